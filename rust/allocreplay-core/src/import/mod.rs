@@ -1,0 +1,85 @@
+//! Importers: one module per source format. `load` detects the format of a path and returns
+//! the canonical trace.
+
+pub mod compression;
+pub mod pickle;
+pub mod pytorch;
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::trace::{read_arrow, Trace};
+
+/// Options shared by the importers; each uses what applies to its format.
+#[derive(Debug, Clone, Default)]
+pub struct ImportOptions {
+    /// Capture metadata (`NAME.json` beside our captures): total memory, memory cap, framework
+    /// version, final memory stats. When `None`, a `.json` with the trace's stem is used if
+    /// present.
+    pub meta: Option<PathBuf>,
+    /// xplane: which allocator's events to import (default: the device allocator with most
+    /// events).
+    pub allocator: Option<String>,
+}
+
+/// What kind of source a path holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    Arrow,
+    PytorchPickle,
+}
+
+/// Loads a trace from an `.arrow` file or any supported raw source.
+pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
+    if path.is_dir() {
+        return Err(Error::UnknownFormat {
+            path: path.to_path_buf(),
+            message: "is a directory; expected a trace file (.arrow, a PyTorch snapshot pickle)".into(),
+        });
+    }
+    let raw = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    if raw.starts_with(b"ARROW1") {
+        return read_arrow(path);
+    }
+    let data = compression::decompress(path, raw)?;
+    match detect(&data) {
+        Some(SourceKind::PytorchPickle) => pytorch::import_snapshot(path, &data, opts),
+        Some(SourceKind::Arrow) => read_arrow(path),
+        None => Err(Error::UnknownFormat {
+            path: path.to_path_buf(),
+            message: format!(
+                "unrecognised file format (first bytes {:02x?}); allocreplay reads .arrow traces and PyTorch memory snapshots (.pickle, optionally .gz/.xz/.zst)",
+                &data[..data.len().min(8)]
+            ),
+        }),
+    }
+}
+
+pub fn detect(data: &[u8]) -> Option<SourceKind> {
+    if data.starts_with(b"ARROW1") {
+        Some(SourceKind::Arrow)
+    } else if data.len() >= 2 && data[0] == 0x80 && (2..=5).contains(&data[1]) {
+        Some(SourceKind::PytorchPickle)
+    } else {
+        None
+    }
+}
+
+/// The capture metadata `.json` beside a trace (`NAME.json` for `NAME.pickle.xz`), if any.
+pub fn sidecar_json(path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?.to_str()?;
+    let stem = name.split('.').next()?;
+    let candidate = path.with_file_name(format!("{stem}.json"));
+    (candidate != path && candidate.is_file()).then_some(candidate)
+}
+
+pub(crate) fn read_meta_json(opts: &ImportOptions, path: &Path) -> Result<Option<(PathBuf, serde_json::Value)>> {
+    let Some(meta) = opts.meta.clone().or_else(|| sidecar_json(path)) else { return Ok(None) };
+    let text = std::fs::read_to_string(&meta).map_err(|e| Error::io(&meta, e))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::format(&meta, format!("metadata is not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(Error::format(&meta, "metadata JSON must be an object"));
+    }
+    Ok(Some((meta, v)))
+}

@@ -1,0 +1,383 @@
+//! PyTorch memory snapshots (`torch.cuda.memory._snapshot()`, `_dump_snapshot`): the
+//! `device_traces` history becomes events; the final `segments` seed the state of a history
+//! whose start the ring buffer dropped (walking back from the end, as
+//! `torch/cuda/_memory_viz.py`'s `_segments_and_blocks_at` does); `allocator_settings` go to
+//! the metadata verbatim.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use super::pickle::{self, Pickle, PickleError, Value};
+use super::{read_meta_json, ImportOptions};
+use crate::error::{Error, Result};
+use crate::trace::{Action, DeviceInfo, EventRow, FrameInterner, PoolInfo, Trace, TraceBuilder, TraceMetadata};
+
+/// A segment of the final state (`snapshot['segments']`).
+#[derive(Debug, Clone)]
+struct FinalSegment {
+    device: i32,
+    address: u64,
+    total_size: u64,
+    stream: i64,
+    pool: u32,
+    is_expandable: bool,
+    /// Live blocks: (address, requested size, pending free).
+    live_blocks: Vec<(u64, u64, bool)>,
+}
+
+pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result<Trace> {
+    let p = pickle::parse(data).map_err(|e| match e {
+        PickleError::Corrupt(m) => Error::format(path, m),
+        PickleError::Unsafe(m) => Error::unsafe_pickle(path, m),
+    })?;
+    let bad = |m: String| Error::format(path, m);
+    if p.dict(p.root).is_none() {
+        return Err(bad(format!(
+            "not a PyTorch memory snapshot: the pickle holds a {}, not the dict written by torch.cuda.memory._dump_snapshot",
+            Pickle::type_name(p.root)
+        )));
+    }
+    let Some(traces) = p.get(p.root, "device_traces") else {
+        return Err(bad(format!(
+            "not a PyTorch memory snapshot: no 'device_traces' key (keys: {}); record with torch.cuda.memory._record_memory_history() before _dump_snapshot",
+            p.keys(p.root).join(", ")
+        )));
+    };
+    let traces = p.list(traces).ok_or_else(|| bad("'device_traces' is not a list".into()))?;
+
+    let mut metadata = TraceMetadata::new("pytorch");
+    metadata.source_path = Some(path.display().to_string());
+    if let Some(s) = p.get(p.root, "allocator_settings") {
+        metadata.allocator_settings = p.to_json(s);
+    }
+
+    // Pools: index 0 is the default pool (0, 0); private pools get indices in order seen.
+    let mut pool_index: HashMap<(i64, i64), u32> = HashMap::from([((0, 0), 0)]);
+    let segments = match p.get(p.root, "segments") {
+        Some(v) => p.list(v).ok_or_else(|| bad("'segments' is not a list".into()))?.to_vec(),
+        None => Vec::new(),
+    };
+    let mut finals: Vec<FinalSegment> = Vec::with_capacity(segments.len());
+    for (i, &s) in segments.iter().enumerate() {
+        let req = |k: &str| -> Result<Value> { p.get(s, k).ok_or_else(|| bad(format!("segment {i} has no '{k}'"))) };
+        let int = |k: &str| -> Result<i64> { p.int(req(k)?).ok_or_else(|| bad(format!("segment {i}: '{k}' is not an integer"))) };
+        let pool_id = match p.get(s, "segment_pool_id").and_then(|v| p.list(v)) {
+            Some([a, b]) => (p.int(*a).unwrap_or(0), p.int(*b).unwrap_or(0)),
+            _ => (0, 0),
+        };
+        let next = pool_index.len() as u32;
+        let pool = *pool_index.entry(pool_id).or_insert(next);
+        let mut live_blocks = Vec::new();
+        if let Some(blocks) = p.get(s, "blocks").and_then(|v| p.list(v)) {
+            for &b in blocks {
+                let state = p.get(b, "state").and_then(|v| p.str(v)).unwrap_or("");
+                if state == "active_allocated" || state == "active_pending_free" {
+                    let addr = p.get(b, "address").and_then(|v| p.int(v)).ok_or_else(|| bad(format!("segment {i}: block without address")))?;
+                    let req = p.get(b, "requested_size").or_else(|| p.get(b, "size")).and_then(|v| p.int(v)).unwrap_or(0);
+                    live_blocks.push((addr as u64, req as u64, state == "active_pending_free"));
+                }
+            }
+        }
+        finals.push(FinalSegment {
+            device: int("device")? as i32,
+            address: int("address")? as u64,
+            total_size: int("total_size")? as u64,
+            stream: int("stream")?,
+            pool,
+            is_expandable: p.get(s, "is_expandable").map(|v| v == Value::Bool(true)).unwrap_or(false),
+            live_blocks,
+        });
+    }
+    let mut pools: Vec<((i64, i64), u32)> = pool_index.into_iter().collect();
+    pools.sort_by_key(|&(_, i)| i);
+    metadata.pools = pools
+        .iter()
+        .map(|&((a, b), i)| PoolInfo { index: i, id: vec![a, b], kind: if i == 0 { "default".into() } else { "private".into() } })
+        .collect();
+
+    let total: usize = traces.iter().map(|&t| p.list(t).map_or(0, |l| l.len())).sum();
+    let mut out = TraceBuilder::with_capacity(total + 64);
+    let mut frames = FrameInterner::default();
+    let mut next_id: u64 = 0;
+    let mut devices_seen = Vec::new();
+    let mut seeded = false;
+    for (dev, &entries) in traces.iter().enumerate() {
+        let dev = dev as i32;
+        let entries = p.list(entries).ok_or_else(|| bad(format!("device_traces[{dev}] is not a list")))?;
+        let dev_finals: Vec<&FinalSegment> = finals.iter().filter(|s| s.device == dev).collect();
+        if entries.is_empty() && dev_finals.is_empty() {
+            continue;
+        }
+        devices_seen.push(dev);
+        let parsed = parse_entries(&p, entries, dev, path)?;
+        seeded |= import_device(&p, &parsed, entries, &dev_finals, dev, &mut out, &mut frames, &mut next_id);
+    }
+    // Devices in the segments with no history at all.
+    for s in &finals {
+        if !devices_seen.contains(&s.device) {
+            devices_seen.push(s.device);
+        }
+    }
+    devices_seen.sort_unstable();
+    metadata.seeded = seeded;
+
+    // Capture metadata (.json beside our captures): device memory, cap, version, final stats.
+    let meta = read_meta_json(opts, path)?;
+    metadata.devices = devices_seen
+        .iter()
+        .map(|&d| DeviceInfo { index: d, ..Default::default() })
+        .collect();
+    if let Some((meta_path, m)) = meta {
+        metadata.source_version = m.get("torch").and_then(|v| v.as_str()).map(str::to_string);
+        let total = m.get("device_total_bytes").and_then(|v| v.as_u64());
+        let name = m.get("device_name").and_then(|v| v.as_str()).map(str::to_string);
+        let cap = m.get("cap_bytes").and_then(|v| v.as_u64()).filter(|&c| c > 0);
+        for d in &mut metadata.devices {
+            d.total_memory = total;
+            d.name = name.clone();
+            d.memory_cap = cap;
+        }
+        let mut stats = serde_json::Map::new();
+        if let Some(s) = m.get("memory_stats") {
+            let dev = devices_seen.first().copied().unwrap_or(0);
+            stats.insert(dev.to_string(), s.clone());
+        }
+        if let Some(serde_json::Value::Object(per)) = m.get("memory_stats_per_device") {
+            for (k, v) in per {
+                stats.insert(k.clone(), v.clone());
+            }
+        }
+        metadata.extra.insert("recorded_stats".into(), serde_json::Value::Object(stats));
+        metadata.extra.insert("meta_path".into(), meta_path.display().to_string().into());
+        let mut capture = m.as_object().cloned().unwrap_or_default();
+        capture.remove("memory_stats");
+        capture.remove("memory_stats_per_device");
+        metadata.extra.insert("capture".into(), serde_json::Value::Object(capture));
+    }
+    out.finish(metadata, frames.finish())
+}
+
+/// One history entry, decoded.
+struct Entry {
+    action: Action,
+    addr: u64,
+    size: u64,
+    stream: i64,
+    time_ns: Option<i64>,
+}
+
+fn parse_entries(p: &Pickle, entries: &[Value], dev: i32, path: &Path) -> Result<Vec<Entry>> {
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, &e) in entries.iter().enumerate() {
+        let items = p.dict(e).ok_or_else(|| Error::format(path, format!("device_traces[{dev}][{i}] is a {}, not a dict", Pickle::type_name(e))))?;
+        let (mut action, mut addr, mut size, mut stream, mut time) = (None, None, None, 0i64, None);
+        for &(k, v) in items {
+            match p.str(k) {
+                Some("action") => action = p.str(v),
+                Some("addr") => addr = p.int(v),
+                Some("size") => size = p.int(v),
+                Some("stream") => stream = p.int(v).unwrap_or(0),
+                Some("time_us") => time = p.int(v).map(|t| t.saturating_mul(1000)),
+                _ => {}
+            }
+        }
+        let name = action.ok_or_else(|| Error::format(path, format!("device_traces[{dev}][{i}] has no 'action'")))?;
+        let action = Action::parse(name).ok_or_else(|| Error::format(path, format!("device_traces[{dev}][{i}]: unknown action '{name}'")))?;
+        out.push(Entry { action, addr: addr.unwrap_or(0) as u64, size: size.unwrap_or(0).max(0) as u64, stream, time_ns: time });
+    }
+    Ok(out)
+}
+
+/// Emits one device's seed and history. Returns true if a seed was needed.
+#[allow(clippy::too_many_arguments)]
+fn import_device(
+    p: &Pickle,
+    parsed: &[Entry],
+    entries: &[Value],
+    finals: &[&FinalSegment],
+    dev: i32,
+    out: &mut TraceBuilder,
+    frames: &mut FrameInterner,
+    next_id: &mut u64,
+) -> bool {
+    // --- Walk back from the final state to the state before the first recorded entry.
+    // Live blocks: addr -> (requested size, stream, pending free).
+    let mut live: HashMap<u64, (u64, i64, bool)> = HashMap::new();
+    // Segments (non-expandable): addr -> (size, stream, pool). Mapped pages of expandable
+    // segments: addr -> (size, stream, pool), as ranges.
+    let mut segs: BTreeMap<u64, (u64, i64, u32)> = BTreeMap::new();
+    let mut mapped: BTreeMap<u64, (u64, i64, u32)> = BTreeMap::new();
+    let mut final_pool: HashMap<u64, u32> = HashMap::new();
+    let mut expandable_ranges: Vec<(u64, u64, u32)> = Vec::new();
+    for s in finals {
+        final_pool.insert(s.address, s.pool);
+        if s.is_expandable {
+            expandable_ranges.push((s.address, s.total_size, s.pool));
+        } else {
+            segs.insert(s.address, (s.total_size, s.stream, s.pool));
+        }
+        for &(a, req, pending) in &s.live_blocks {
+            live.insert(a, (req, s.stream, pending));
+        }
+    }
+    // Mapped ranges at the end are not listed page by page; rebuild them by replaying the
+    // map/unmap events forward from the final mapped totals is not possible, so track the
+    // net effect backwards: each unmap (backwards) adds, each map (backwards) removes.
+    let mut map_delta: BTreeMap<u64, i64> = BTreeMap::new();
+    for e in parsed.iter().rev() {
+        match e.action {
+            Action::Alloc => {
+                live.remove(&e.addr);
+            }
+            Action::FreeCompleted => {
+                live.insert(e.addr, (e.size, e.stream, true));
+            }
+            Action::FreeRequested => {
+                if let Some(b) = live.get_mut(&e.addr) {
+                    b.2 = false;
+                } else {
+                    live.insert(e.addr, (e.size, e.stream, false));
+                }
+            }
+            Action::SegmentAlloc => {
+                segs.remove(&e.addr);
+            }
+            Action::SegmentFree => {
+                let pool = final_pool.get(&e.addr).copied().unwrap_or(0);
+                segs.insert(e.addr, (e.size, e.stream, pool));
+            }
+            Action::SegmentMap => *map_delta.entry(e.addr).or_insert(0) -= e.size as i64,
+            Action::SegmentUnmap => *map_delta.entry(e.addr).or_insert(0) += e.size as i64,
+            _ => {}
+        }
+    }
+    // Expandable segments: the final mapped size of each range minus what the history mapped
+    // (plus what it unmapped) is what was mapped before it; seed it as one map at the base.
+    for &(base, size, pool) in &expandable_ranges {
+        let hist: i64 = map_delta.iter().filter(|(&a, _)| a >= base && a < base + size.max(1) * 16).map(|(_, &d)| d).sum();
+        let before = size as i64 + hist;
+        if before > 0 {
+            mapped.insert(base, (before as u64, 0, pool));
+        }
+    }
+
+    // --- Seed events: segments, then live allocations, lowest address first.
+    let mut seg_pool: BTreeMap<u64, (u64, u32)> = BTreeMap::new();
+    let seeded = !segs.is_empty() || !live.is_empty() || !mapped.is_empty();
+    for (&addr, &(size, stream, pool)) in segs.iter() {
+        let mut r = EventRow::new(Action::SegmentAlloc, size);
+        r.addr = Some(addr);
+        r.stream = stream;
+        r.device = dev;
+        r.pool = pool;
+        r.seed = true;
+        out.push(&r);
+        seg_pool.insert(addr, (addr + size, pool));
+    }
+    for (&addr, &(size, stream, pool)) in mapped.iter() {
+        let mut r = EventRow::new(Action::SegmentMap, size);
+        r.addr = Some(addr);
+        r.stream = stream;
+        r.device = dev;
+        r.pool = pool;
+        r.seed = true;
+        out.push(&r);
+    }
+    let pool_of = |seg_pool: &BTreeMap<u64, (u64, u32)>, addr: u64| -> u32 {
+        if let Some((_, &(end, pool))) = seg_pool.range(..=addr).next_back() {
+            if addr < end {
+                return pool;
+            }
+        }
+        for &(base, size, pool) in &expandable_ranges {
+            if addr >= base && addr < base + size.max(1) * 16 {
+                return pool;
+            }
+        }
+        0
+    };
+    let mut id_at: HashMap<u64, u64> = HashMap::new();
+    let mut seeds: Vec<(u64, u64, i64, bool)> = live.iter().map(|(&a, &(s, st, pend))| (a, s, st, pend)).collect();
+    seeds.sort_unstable();
+    for &(addr, size, stream, pending) in &seeds {
+        let id = *next_id;
+        *next_id += 1;
+        id_at.insert(addr, id);
+        let mut r = EventRow::new(Action::Alloc, size);
+        r.alloc_id = Some(id);
+        r.addr = Some(addr);
+        r.stream = stream;
+        r.device = dev;
+        r.pool = pool_of(&seg_pool, addr);
+        r.seed = true;
+        out.push(&r);
+        if pending {
+            r.action = Action::FreeRequested;
+            out.push(&r);
+        }
+    }
+
+    // --- The recorded history.
+    for (e, &raw) in parsed.iter().zip(entries) {
+        let mut r = EventRow::new(e.action, e.size);
+        r.addr = Some(e.addr);
+        r.stream = e.stream;
+        r.device = dev;
+        r.time_ns = e.time_ns;
+        r.stack_id = stack_of(p, raw, frames);
+        match e.action {
+            Action::SegmentAlloc => {
+                let pool = seg_pool_for(&final_pool, e.addr);
+                seg_pool.insert(e.addr, (e.addr + e.size, pool));
+                r.pool = pool;
+            }
+            Action::SegmentFree => {
+                r.pool = pool_of(&seg_pool, e.addr);
+                seg_pool.remove(&e.addr);
+            }
+            Action::SegmentMap | Action::SegmentUnmap => r.pool = pool_of(&seg_pool, e.addr),
+            Action::Alloc => {
+                let id = *next_id;
+                *next_id += 1;
+                id_at.insert(e.addr, id);
+                r.alloc_id = Some(id);
+                r.pool = pool_of(&seg_pool, e.addr);
+            }
+            Action::FreeRequested => {
+                r.alloc_id = id_at.get(&e.addr).copied();
+                r.pool = pool_of(&seg_pool, e.addr);
+            }
+            Action::FreeCompleted => {
+                r.alloc_id = id_at.remove(&e.addr);
+                r.pool = pool_of(&seg_pool, e.addr);
+            }
+            Action::Oom => {
+                // `addr` of an oom entry is the device's free bytes, not an address.
+            }
+            Action::Snapshot => {}
+        }
+        out.push(&r);
+    }
+    seeded
+}
+
+fn seg_pool_for(final_pool: &HashMap<u64, u32>, addr: u64) -> u32 {
+    final_pool.get(&addr).copied().unwrap_or(0)
+}
+
+fn stack_of(p: &Pickle, entry: Value, frames: &mut FrameInterner) -> Option<u32> {
+    let list = p.list(p.get(entry, "frames")?)?;
+    if list.is_empty() {
+        return None;
+    }
+    let ids: Vec<u32> = list
+        .iter()
+        .map(|&f| {
+            let filename = p.get(f, "filename").and_then(|v| p.str(v)).unwrap_or("?");
+            let line = p.get(f, "line").and_then(|v| p.int(v)).unwrap_or(0);
+            let name = p.get(f, "name").and_then(|v| p.str(v)).unwrap_or("?");
+            frames.frame(filename, line, name)
+        })
+        .collect();
+    Some(frames.stack(ids))
+}

@@ -1,0 +1,9 @@
+//! allocreplay-core: trace model and Arrow schema, importers, allocator policies and the
+//! replay engine. Pure Rust; the Python bindings live in `allocreplay-py`.
+
+pub mod error;
+pub mod import;
+pub mod trace;
+
+pub use error::{Error, Result};
+pub use trace::{Action, Trace, TraceMetadata};

@@ -1,0 +1,139 @@
+//! The canonical trace: an Arrow record batch, one row per event, plus metadata and the frame
+//! table. `.arrow` files (Arrow IPC) hold exactly this; see traces/README.md.
+
+mod action;
+mod builder;
+mod frames;
+pub mod info;
+mod ipc;
+mod metadata;
+pub mod schema;
+
+pub use action::Action;
+pub use builder::{EventRow, TraceBuilder};
+pub use frames::{FrameInterner, FrameTable};
+pub use ipc::{read_arrow, write_arrow};
+pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type, UInt8Type};
+use arrow_array::{Array, ArrayRef, BooleanArray, PrimitiveArray, RecordBatch};
+use arrow_schema::{Field, SchemaRef};
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone)]
+pub struct Trace {
+    pub metadata: TraceMetadata,
+    pub frames: FrameTable,
+    batch: RecordBatch,
+}
+
+/// Typed views of the core columns, for the replay engine's hot loop.
+pub struct Columns<'a> {
+    /// `Action` codes (the dictionary keys of `action`).
+    pub action: &'a [u8],
+    /// Values of `alloc_id` (0 where null: only read for request events).
+    pub alloc_id: &'a [u64],
+    pub size: &'a [u64],
+    pub addr: &'a PrimitiveArray<UInt64Type>,
+    pub stream: &'a [i64],
+    pub device: &'a [i32],
+    pub pool: &'a [u32],
+    pub time_ns: &'a PrimitiveArray<Int64Type>,
+    pub seed: &'a BooleanArray,
+}
+
+impl Trace {
+    pub(crate) fn from_parts(
+        metadata: TraceMetadata,
+        frames: FrameTable,
+        extra_fields: &[Field],
+        columns: Vec<ArrayRef>,
+    ) -> Result<Trace> {
+        let metadata_json = serde_json::to_string(&metadata).expect("metadata serializes");
+        let frames_json = if frames.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string(&frames).expect("frames serialize"))
+        };
+        let schema = schema::schema_with(extra_fields, metadata_json, frames_json);
+        let batch = RecordBatch::try_new(schema, columns)
+            .map_err(|e| Error::Replay(format!("building trace: {e}")))?;
+        Ok(Trace { metadata, frames, batch })
+    }
+
+    /// Wraps a batch already checked by `ipc::read_arrow`.
+    pub(crate) fn from_checked_batch(
+        metadata: TraceMetadata,
+        frames: FrameTable,
+        batch: RecordBatch,
+    ) -> Trace {
+        Trace { metadata, frames, batch }
+    }
+
+    pub fn batch(&self) -> &RecordBatch {
+        &self.batch
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.batch.schema()
+    }
+
+    pub fn num_events(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    pub fn column(&self, name: &str) -> Option<&ArrayRef> {
+        self.batch.column_by_name(name)
+    }
+
+    pub fn columns(&self) -> Columns<'_> {
+        let b = &self.batch;
+        // Types are guaranteed by construction (builder) or by `read_arrow`'s schema check.
+        let action = b.column(0).as_dictionary::<UInt8Type>().keys().values();
+        Columns {
+            action,
+            alloc_id: b.column(1).as_primitive::<UInt64Type>().values(),
+            size: b.column(2).as_primitive::<UInt64Type>().values(),
+            addr: b.column(3).as_primitive::<UInt64Type>(),
+            stream: b.column(4).as_primitive::<Int64Type>().values(),
+            device: b.column(5).as_primitive::<Int32Type>().values(),
+            pool: b.column(6).as_primitive::<UInt32Type>().values(),
+            time_ns: b.column(7).as_primitive::<Int64Type>(),
+            seed: b.column(8).as_boolean(),
+        }
+    }
+
+    /// Distinct device indices, ascending.
+    pub fn devices(&self) -> Vec<i32> {
+        let mut d: Vec<i32> = self.columns().device.to_vec();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+
+    /// The value of an optional u64 column at `i`, if the column exists and is not null there.
+    pub fn optional_u64(&self, name: &str) -> Option<&PrimitiveArray<UInt64Type>> {
+        self.column(name).and_then(|c| c.as_primitive_opt::<UInt64Type>())
+    }
+
+    /// True if the two traces hold the same events, metadata and frames.
+    pub fn same_as(&self, other: &Trace) -> bool {
+        self.metadata == other.metadata
+            && self.frames == other.frames
+            && self.batch.num_columns() == other.batch.num_columns()
+            && self
+                .batch
+                .columns()
+                .iter()
+                .zip(other.batch.columns())
+                .all(|(a, b)| a.to_data() == b.to_data())
+            && self.batch.schema().fields() == other.batch.schema().fields()
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn null_count(&self, name: &str) -> usize {
+        self.column(name).map(|c| c.null_count()).unwrap_or(0)
+    }
+}
