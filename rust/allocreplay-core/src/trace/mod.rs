@@ -42,6 +42,14 @@ pub struct Columns<'a> {
     pub pool: &'a [u32],
     pub time_ns: &'a PrimitiveArray<Int64Type>,
     pub seed: &'a BooleanArray,
+    alloc_id_nulls: Option<&'a arrow_buffer::NullBuffer>,
+}
+
+impl Columns<'_> {
+    #[inline]
+    pub fn alloc_id_valid(&self, i: usize) -> bool {
+        self.alloc_id_nulls.is_none_or(|n| n.is_valid(i))
+    }
 }
 
 impl Trace {
@@ -102,6 +110,7 @@ impl Trace {
             pool: b.column(6).as_primitive::<UInt32Type>().values(),
             time_ns: b.column(7).as_primitive::<Int64Type>(),
             seed: b.column(8).as_boolean(),
+            alloc_id_nulls: b.column(1).nulls(),
         }
     }
 

@@ -1,0 +1,82 @@
+//! Allocator policies, one module per allocator, all behind [`Policy`]. A policy sees the
+//! request events of one device in recorded order and makes the decisions the real allocator
+//! would: rounding, which cached block serves a request, when to get or return device memory.
+
+use crate::engine::device::DeviceMemory;
+use crate::engine::stats::Stats;
+
+/// One allocation request.
+#[derive(Debug, Clone, Copy)]
+pub struct Request {
+    /// Index of the event in the trace.
+    pub event: usize,
+    /// Dense allocation id (pairs the frees with this request).
+    pub id: u64,
+    /// Requested bytes (unrounded).
+    pub size: u64,
+    pub stream: i64,
+    /// Index into the trace's pool table (0 = default pool; others are private pools such as
+    /// CUDA-graph pools).
+    pub pool: u32,
+    /// The address the recorded run returned, when known (used by `validate`).
+    pub recorded_addr: Option<u64>,
+}
+
+/// Where a request was placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub addr: u64,
+    /// Bytes the allocator set aside (rounded / block / chunk size).
+    pub size: u64,
+    /// Base address of the segment / region / mapping holding it.
+    pub segment: u64,
+}
+
+/// A failed request: the policy's state is unchanged by it (the program saw an exception).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfMemory {
+    /// Bytes the allocator tried to obtain from the device when it gave up.
+    pub alloc_size: u64,
+}
+
+/// One segment (cudaMalloc'd range, expandable mapping, BFC region) at the end of a replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub addr: u64,
+    pub size: u64,
+    pub stream: i64,
+    pub pool: u32,
+    /// `small` / `large` for PyTorch; `region` for BFC, ...
+    pub kind: &'static str,
+    pub allocated_bytes: u64,
+    pub blocks: u32,
+}
+
+pub trait Policy {
+    /// The spec string the policy was built from, normalised.
+    fn name(&self) -> String;
+
+    /// Serves a request. Must not change any state when it returns `Err`.
+    fn malloc(&mut self, req: &Request, device: &mut DeviceMemory) -> Result<Placement, OutOfMemory>;
+
+    /// The program released an allocation. Most policies do nothing until `free_completed`.
+    fn free_requested(&mut self, _id: u64, _device: &mut DeviceMemory) {}
+
+    /// The allocator takes the memory back (merges, caches or returns it).
+    fn free_completed(&mut self, id: u64, device: &mut DeviceMemory);
+
+    /// Places an allocation that was live before the recorded history began (a seed of a
+    /// truncated trace) at its recorded address when the policy can; by default it is served
+    /// like any request.
+    fn seed_alloc(&mut self, req: &Request, device: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        self.malloc(req, device)
+    }
+
+    /// A segment that existed before the recorded history began (seed). By default ignored:
+    /// the policy creates what it needs when seed allocations arrive.
+    fn seed_segment(&mut self, _addr: u64, _size: u64, _stream: i64, _pool: u32, _device: &mut DeviceMemory) {}
+
+    fn stats(&self) -> &Stats;
+
+    fn segments(&self) -> Vec<SegmentInfo>;
+}
