@@ -2,6 +2,11 @@
 //! request events of one device in recorded order and makes the decisions the real allocator
 //! would: rounding, which cached block serves a request, when to get or return device memory.
 
+pub mod pytorch;
+pub mod spec;
+
+pub use spec::{build, PolicyContext};
+
 use crate::engine::device::DeviceMemory;
 use crate::engine::stats::Stats;
 
