@@ -5,7 +5,9 @@ pub mod engine;
 pub mod error;
 pub mod import;
 pub mod policy;
+pub mod replay;
 pub mod trace;
+pub mod units;
 
 pub use error::{Error, Result};
 pub use trace::{Action, Trace, TraceMetadata};
