@@ -6,6 +6,7 @@ pub mod error;
 pub mod import;
 pub mod policy;
 pub mod trace;
+pub mod validate;
 
 pub use error::{Error, Result};
 pub use trace::{Action, Trace, TraceMetadata};

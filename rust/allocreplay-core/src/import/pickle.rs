@@ -40,6 +40,7 @@ impl fmt::Display for PickleError {
     }
 }
 
+#[derive(Debug)]
 pub struct Pickle<'a> {
     data: &'a [u8],
     /// Byte ranges of strings and bytes objects in `data` (strings are checked to be UTF-8
@@ -360,7 +361,7 @@ impl<'a> Parser<'a> {
         if data.is_empty() {
             return Err(corrupt("file is empty".into()));
         }
-        if data[0] != 0x80 && !matches!(data[0], b'(' | b'}' | b']' | b'd' | b'l') {
+        if data[0] != 0x80 && !b"(}]dlcNI".contains(&data[0]) {
             return Err(corrupt(format!(
                 "not a pickle (starts with bytes {:02x?})",
                 &data[..data.len().min(4)]
