@@ -1062,3 +1062,188 @@ impl CachingAllocator {
         self.blocks[b as usize].seg
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KB: u64 = 1024;
+
+    fn alloc(conf: &str, capacity: Option<u64>) -> (CachingAllocator, DeviceMemory) {
+        let config = PytorchConfig::parse(conf).unwrap();
+        (CachingAllocator::new("t".into(), config, capacity, Some(80 << 30)), DeviceMemory::new(capacity))
+    }
+
+    fn req(id: u64, size: u64, stream: i64) -> Request {
+        Request { event: id as usize, id, size, stream, pool: 0, recorded_addr: None, recorded_chunk: None }
+    }
+
+    fn free(a: &mut CachingAllocator, d: &mut DeviceMemory, id: u64) {
+        a.free_requested(id, d);
+        a.free_completed(id, d);
+    }
+
+    #[test]
+    fn round_size_follows_upstream() {
+        // round_size: < 512 -> 512, else a multiple of 512.
+        let (a, _) = alloc("", None);
+        assert_eq!(a.round_size(1), 512);
+        assert_eq!(a.round_size(513), 1024);
+        // roundup_power2_next_division's own example: 1200 with 4 divisions -> 1280.
+        assert_eq!(roundup_power2_next_division(1200, 4), 1280);
+        let (a, _) = alloc("roundup_power2_divisions:4", None);
+        // ... but round_size uses it only above 512 * divisions bytes.
+        assert_eq!(a.round_size(1200), 1536);
+        assert_eq!(a.round_size(2500), 2560);
+        assert_eq!(a.round_size(5 * MB + 1), 5 * MB + MB); // step 1 MiB between 4 and 8 MiB
+        assert_eq!(a.round_size(1 << 30), 1 << 30); // powers of two stay
+    }
+
+    #[test]
+    fn get_allocation_size_small_medium_large() {
+        let (a, _) = alloc("", None);
+        assert_eq!(a.get_allocation_size(MB), 2 * MB);
+        assert_eq!(a.get_allocation_size(MB + 512), 20 * MB);
+        assert_eq!(a.get_allocation_size(10 * MB + 1), 12 * MB);
+    }
+
+    #[test]
+    fn small_requests_share_a_2mib_segment_and_split_at_512() {
+        let (mut a, mut d) = alloc("", None);
+        let p1 = a.malloc(&req(0, KB, 0), &mut d).unwrap();
+        let p2 = a.malloc(&req(1, KB, 0), &mut d).unwrap();
+        assert_eq!(p1.segment, p2.segment);
+        assert_eq!(p2.addr, p1.addr + KB); // the allocation takes the low-address front
+        assert_eq!(a.stats.reserved, 2 * MB);
+        assert_eq!(a.stats.num_device_alloc, 1);
+    }
+
+    #[test]
+    fn large_pool_splits_only_when_more_than_1mib_remains() {
+        // should_split: large pool -> size < max_split_size && remaining > kSmallSize.
+        let (mut a, mut d) = alloc("", None);
+        let p = a.malloc(&req(0, 19 * MB, 0), &mut d).unwrap(); // 20 MiB segment, 1 MiB left
+        assert_eq!(p.size, 20 * MB, "1 MiB remainder is not split off");
+        let (mut a, mut d) = alloc("", None);
+        let p = a.malloc(&req(0, 18 * MB, 0), &mut d).unwrap();
+        assert_eq!(p.size, 18 * MB, "2 MiB remainder is split off");
+    }
+
+    #[test]
+    fn best_fit_by_size_then_address_and_per_stream() {
+        // get_free_block: lower_bound on (stream, size, ptr).
+        let (mut a, mut d) = alloc("", None);
+        a.malloc(&req(0, 30 * MB, 0), &mut d).unwrap();
+        a.malloc(&req(1, 40 * MB, 0), &mut d).unwrap();
+        a.malloc(&req(2, 30 * MB, 0), &mut d).unwrap();
+        let addr0 = a.blocks[a.by_id[0] as usize].ptr;
+        let addr2 = a.blocks[a.by_id[2] as usize].ptr;
+        for id in 0..3 {
+            free(&mut a, &mut d, id);
+        }
+        // A 25 MiB request takes a 30 MiB block (not 40), the lower-addressed of the two.
+        let p = a.malloc(&req(3, 25 * MB, 0), &mut d).unwrap();
+        assert_eq!(p.addr, addr0.min(addr2));
+        // Another stream can't use cached blocks of stream 0: a new segment.
+        let before = a.stats.num_device_alloc;
+        a.malloc(&req(4, 25 * MB, 7), &mut d).unwrap();
+        assert_eq!(a.stats.num_device_alloc, before + 1);
+    }
+
+    #[test]
+    fn free_merges_neighbours_within_a_segment() {
+        // free_block -> try_merge_blocks with prev and next.
+        let (mut a, mut d) = alloc("", None);
+        for id in 0..3 {
+            a.malloc(&req(id, 4 * MB, 0), &mut d).unwrap(); // three blocks of one 20 MiB segment
+        }
+        free(&mut a, &mut d, 0);
+        free(&mut a, &mut d, 2);
+        free(&mut a, &mut d, 1);
+        let segs = a.segments();
+        assert_eq!(segs.len(), 1);
+        assert_eq!(segs[0].blocks, 1, "all free blocks merged back into one");
+        assert_eq!(a.stats.allocated, 0);
+    }
+
+    #[test]
+    fn max_split_size_keeps_oversize_blocks_whole() {
+        // get_free_block: a request < max_split_size never takes a block >= max_split_size;
+        // a request >= it refuses blocks >= size + max_non_split_rounding (20 MiB).
+        let (mut a, mut d) = alloc("max_split_size_mb:100", None);
+        a.malloc(&req(0, 200 * MB, 0), &mut d).unwrap();
+        free(&mut a, &mut d, 0);
+        a.malloc(&req(1, 50 * MB, 0), &mut d).unwrap();
+        assert_eq!(a.stats.num_device_alloc, 2, "small request does not split an oversize block");
+        let p = a.malloc(&req(2, 190 * MB, 0), &mut d).unwrap();
+        assert_eq!(p.size, 200 * MB, "within 20 MiB: the oversize block is reused unsplit");
+        assert_eq!(a.stats.num_device_alloc, 2);
+    }
+
+    #[test]
+    fn under_a_cap_cached_blocks_are_released_and_the_alloc_retried() {
+        // malloc: alloc_block fails -> release_cached_blocks -> alloc_block(isRetry).
+        let (mut a, mut d) = alloc("", Some(60 * MB));
+        a.malloc(&req(0, 40 * MB, 0), &mut d).unwrap();
+        free(&mut a, &mut d, 0);
+        a.malloc(&req(1, 50 * MB, 0), &mut d).unwrap();
+        assert_eq!(a.stats.num_alloc_retries, 1);
+        assert_eq!(a.stats.num_device_free, 1);
+        assert_eq!(a.stats.reserved, 50 * MB);
+        // Nothing left to release: OOM, state unchanged.
+        let before = a.stats.clone();
+        assert_eq!(a.malloc(&req(2, 20 * MB, 0), &mut d), Err(OutOfMemory { alloc_size: 20 * MB }));
+        assert_eq!(a.stats.num_ooms, 1);
+        assert_eq!(a.stats.reserved, before.reserved);
+        assert_eq!(a.stats.allocated, before.allocated);
+    }
+
+    #[test]
+    fn deferred_frees_complete_in_recorded_order() {
+        // free(): a block with stream uses only returns to the pool at free_completed.
+        let (mut a, mut d) = alloc("", None);
+        a.malloc(&req(0, 30 * MB, 0), &mut d).unwrap();
+        a.free_requested(0, &mut d);
+        assert_eq!(a.stats.allocated, 0, "allocated_bytes drops at free()");
+        a.malloc(&req(1, 30 * MB, 0), &mut d).unwrap();
+        assert_eq!(a.stats.num_device_alloc, 2, "the pending block is not reusable yet");
+        a.free_completed(0, &mut d);
+        a.malloc(&req(2, 30 * MB, 0), &mut d).unwrap();
+        assert_eq!(a.stats.num_device_alloc, 2, "now it is");
+    }
+
+    #[test]
+    fn expandable_segments_map_pages_and_unmap_only_on_release() {
+        // map_block maps whole pages (20 MiB large, 2 MiB small); blocks split at 512.
+        let (mut a, mut d) = alloc("expandable_segments:True", Some(100 * MB));
+        d.log = Some(Vec::new());
+        let p0 = a.malloc(&req(0, 30 * MB, 0), &mut d).unwrap();
+        assert_eq!(a.stats.reserved, 40 * MB);
+        let p1 = a.malloc(&req(1, 5 * MB, 0), &mut d).unwrap();
+        assert_eq!(p1.addr, p0.addr + 30 * MB, "fits in the mapped tail");
+        assert_eq!(a.stats.reserved, 40 * MB);
+        free(&mut a, &mut d, 0);
+        free(&mut a, &mut d, 1);
+        assert_eq!(a.stats.reserved, 40 * MB, "free pages stay mapped");
+        // 100 MiB no longer fits the cap with 40 MiB mapped: release unmaps, then maps again.
+        a.malloc(&req(2, 90 * MB, 0), &mut d).unwrap();
+        assert_eq!(a.stats.num_alloc_retries, 1);
+        let log = d.log.take().unwrap();
+        let kinds: Vec<_> = log.iter().map(|e| (e.action.as_str(), e.size / MB)).collect();
+        assert_eq!(kinds, vec![("segment_map", 40), ("segment_unmap", 40), ("segment_map", 100)]);
+    }
+
+    #[test]
+    fn gc_frees_old_unsplit_blocks_above_the_threshold() {
+        // garbage_collect_cached_blocks: only with a fraction; frees blocks aged >= average.
+        let (mut a, mut d) = alloc("garbage_collection_threshold:0.5", Some(100 * MB));
+        a.malloc(&req(0, 40 * MB, 0), &mut d).unwrap();
+        a.malloc(&req(1, 20 * MB, 0), &mut d).unwrap();
+        free(&mut a, &mut d, 0);
+        free(&mut a, &mut d, 1);
+        // 60 MiB reserved > 50 MiB threshold; a 30 MiB miss triggers GC before cudaMalloc.
+        a.malloc(&req(2, 45 * MB, 0), &mut d).unwrap();
+        assert!(a.stats.num_device_free >= 1);
+        assert_eq!(a.stats.num_alloc_retries, 0);
+    }
+}
