@@ -8,6 +8,7 @@ pub mod policy;
 pub mod replay;
 pub mod trace;
 pub mod units;
+pub mod validate;
 
 pub use error::{Error, Result};
 pub use trace::{Action, Trace, TraceMetadata};
