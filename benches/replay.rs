@@ -1,0 +1,38 @@
+//! Replay throughput of the policies on a real capture.
+//!
+//!     cargo bench -p allocreplay-core --bench replay [-- TRACE]
+//!
+//! Default TRACE: ../shared/traces/pytorch/gpt2_train__default.pickle.xz (52,626 events).
+//! Each policy replays the whole trace repeatedly (a fresh allocator each time) for about two
+//! seconds; events/s counts every replayed request event.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use allocreplay_core::engine::{replay_device, ReplayOptions};
+use allocreplay_core::import::{load, ImportOptions};
+use allocreplay_core::policy::{build, PolicyContext};
+
+fn main() {
+    let path = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch/gpt2_train__default.pickle.xz")));
+    let trace = load(&path, &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let device = trace.devices()[0];
+    println!("trace: {} ({} events)", path.display(), trace.num_events());
+    for spec in ["pytorch", "pytorch:expandable_segments:True", "pytorch:max_split_size_mb:128", "pytorch:roundup_power2_divisions:4"] {
+        let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(device), capacity: None };
+        let (mut events, mut runs) = (0usize, 0usize);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(2) {
+            let mut policy = build(spec, &ctx).unwrap();
+            let r = replay_device(&trace, device, policy.as_mut(), &ReplayOptions::default());
+            events += r.events;
+            runs += 1;
+        }
+        let s = start.elapsed().as_secs_f64();
+        println!("{spec:<40} {runs:>5} runs  {:>8.2} M events/s", events as f64 / s / 1e6);
+    }
+}
