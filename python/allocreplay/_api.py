@@ -152,3 +152,17 @@ def replay(
 def parse_capacity(text: str) -> int | float:
     """``"80GiB"`` → 85899345920 (bytes, int); ``"0.5"`` → 0.5 (a fraction of device memory)."""
     return _core.parse_capacity(text)
+
+
+def validate(trace: Trace | str | os.PathLike[str]) -> dict[str, Any]:
+    """Replays ``trace`` under the allocator settings (and memory cap) it recorded and compares
+    decision by decision with what the real allocator did.
+
+    Returns a dict with ``address_match`` (share of allocations placed at the recorded
+    address), ``segment_events_match`` (segment allocs/frees/maps/unmaps identical in order and
+    size), ``peak_reserved_recorded`` / ``peak_reserved_replayed``, retries and OOMs against the
+    run's metadata, and ``ok``; with several devices, every device's report under ``devices``.
+    """
+    if not isinstance(trace, Trace):
+        trace = load(trace)
+    return json.loads(_core.validate_json(trace._inner))

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import click
 
 from allocreplay import _core
-from allocreplay._api import Trace, load, replay as _replay
+from allocreplay._api import Trace, load, replay as _replay, validate as _validate
 from allocreplay.errors import AllocReplayError
 
 EXIT_ERROR = 2
@@ -170,6 +170,51 @@ def replay_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_j
         for r in summary.iter_rows(named=True)
     ]
     click.echo(_table(rows, header))
+
+
+@cli.command("validate")
+@click.argument("trace")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
+def validate_cmd(trace: str, as_json: bool, meta: str | None) -> None:
+    """Replay TRACE under the settings and memory cap it recorded and compare, decision by
+    decision, with what the real allocator did. Exit code 1 when the replay differs."""
+    report = _validate(_load(trace, meta))
+    if as_json:
+        click.echo(json.dumps(report))
+    else:
+        for r in report.get("devices", [report]):
+            if r.get("device") is not None and len(report.get("devices", [])) > 1:
+                click.echo(f"device {r['device']}:")
+            _print_validation(r)
+        click.echo("OK: the replay reproduces the recorded decisions" if report["ok"] else "DIFFERENT: see the rows above")
+    if not report["ok"]:
+        sys.exit(1)
+
+
+def _print_validation(r: dict[str, Any]) -> None:
+    def pair(rec: Any, rep: Any, fmt=lambda x: f"{x:,}") -> str:
+        if rec is None:
+            return f"{fmt(rep)} (not recorded)"
+        mark = "=" if rec == rep else "≠"
+        return f"{fmt(rep)} {mark} recorded {fmt(rec)}"
+
+    rows = []
+    if "address_match" in r:
+        rows.append(("allocations at the recorded address", f"{r['address_match']:.4%} of {r.get('allocs', 0):,}"))
+    if "segment_events_match" in r:
+        rows.append(("segment events", ("identical" if r["segment_events_match"] else f"differ from #{r.get('first_segment_mismatch')}") + f" ({r.get('segment_events_recorded', 0):,} recorded, {r.get('segment_events_replayed', 0):,} replayed)"))
+    if "peak_reserved_replayed" in r:
+        rows.append(("peak reserved", pair(r.get("peak_reserved_recorded"), r["peak_reserved_replayed"], _gib)))
+    if "peak_allocated_replayed" in r:
+        rows.append(("peak allocated", pair(r.get("peak_allocated_recorded"), r["peak_allocated_replayed"], _gib)))
+    if "num_alloc_retries_replayed" in r:
+        rows.append(("alloc retries", pair(r.get("num_alloc_retries_recorded"), r["num_alloc_retries_replayed"])))
+    if "num_ooms_replayed" in r:
+        rows.append(("OOMs", pair(r.get("num_ooms_recorded"), r["num_ooms_replayed"])))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        click.echo(f"  {k:<{width}}  {v}")
 
 
 def main() -> None:

@@ -188,6 +188,14 @@ fn replay(
     })
 }
 
+/// `validate`: the trace replayed under its recorded settings against its recorded decisions,
+/// as a JSON object (see `allocreplay_core::validate::validate_trace`).
+#[pyfunction]
+fn validate_json(py: Python<'_>, trace: &PyTrace) -> PyResult<String> {
+    let t = trace.inner.clone();
+    py.detach(move || allocreplay_core::validate::validate_trace(&t).map(|v| v.to_string())).map_err(|e| to_py(py, e))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -196,6 +204,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyReplayResult>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_json, m)?)?;
     m.add_function(wrap_pyfunction!(parse_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(format_bytes, m)?)?;
     m.add("POLICY_NAMES", allocreplay_core::policy::spec::POLICY_NAMES.to_vec())?;

@@ -1,0 +1,72 @@
+"""`allocreplay validate` on every real PyTorch capture: the replay under the recorded settings
+(and memory cap) must place every allocation at its recorded address, reproduce the segment
+events, and match the run's own final memory_stats() (its .json: the ground truth)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import allocreplay
+
+from conftest import TRACES, run_subprocess, shared_pytorch_pickles, sidecar
+
+
+def _stats(path, device):
+    meta = sidecar(path)
+    if "memory_stats_per_device" in meta:
+        return meta["memory_stats_per_device"][str(device)]
+    return meta["memory_stats"]
+
+
+@pytest.mark.parametrize("path", shared_pytorch_pickles(), ids=lambda p: p.name.split(".")[0])
+def test_validate_is_byte_exact_on_every_capture(path):
+    run = run_subprocess("validate", path, "--json")
+    assert run.code == 0, run.err
+    report = json.loads(run.out)
+    assert report["ok"] is True
+    assert report["address_match"] == 1.0
+    assert report["segment_events_match"] is True
+    for dev in report["devices"]:
+        truth = _stats(path, dev["device"])
+        # Peak reserved against the run's own memory_stats (for the truncated ring20k history
+        # that is the full run's peak, reached by the seeded state plus the tail).
+        assert dev["peak_reserved_replayed"] == truth["reserved_bytes.all.peak"]
+        if not dev["seeded"]:
+            assert dev["peak_allocated_replayed"] == truth["allocated_bytes.all.peak"]
+            assert dev["num_alloc_retries_replayed"] == truth["num_alloc_retries"]
+            assert dev["num_ooms_replayed"] == truth["num_ooms"]
+
+
+def test_capped_runs_replay_their_retries():
+    # gpt2_train__default_capped.json: num_alloc_retries 3 under a 16,927,914,803-byte cap.
+    path = [p for p in shared_pytorch_pickles() if p.name.startswith("gpt2_train__default_capped")][0]
+    report = allocreplay.validate(path)
+    assert report["capacity"] == 16927914803
+    assert report["num_alloc_retries_replayed"] == 3
+
+
+def test_validate_readable_output_and_exit_code_on_shipped_trace():
+    run = run_subprocess("validate", TRACES / "two_streams__default.pickle.xz")
+    assert run.code == 0, run.err
+    assert "OK" in run.out and "recorded address" in run.out
+
+
+def test_validate_refuses_a_trace_without_recorded_decisions(tmp_path):
+    # An .arrow trace whose source is not a PyTorch snapshot is rejected in one line, exit 2.
+    trace = allocreplay.load(TRACES / "two_streams__default.pickle.xz")
+    events = trace.to_arrow()
+    md = dict(events.schema.metadata)
+    meta = json.loads(md[b"allocreplay.metadata"])
+    meta["source"] = "somewhere-else"
+    md[b"allocreplay.metadata"] = json.dumps(meta).encode()
+    import pyarrow as pa
+    import pyarrow.ipc
+
+    out = tmp_path / "other.arrow"
+    with pa.ipc.new_file(out, events.schema.with_metadata(md)) as w:
+        w.write_table(events.replace_schema_metadata(md))
+    run = run_subprocess("validate", out)
+    assert run.code == 2
+    assert run.err.count("\n") == 1 and "somewhere-else" in run.err
