@@ -1,4 +1,4 @@
-cd /tmp/pay
+cd "$(dirname "$0")"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 nvcc -O2 -o probe probe.cu || exit 1
 R=/tmp/r; mkdir -p $R
