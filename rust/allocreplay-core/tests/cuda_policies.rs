@@ -12,7 +12,7 @@ use allocreplay_core::engine::stats::Stats;
 use allocreplay_core::engine::{replay_device, ReplayOptions};
 use allocreplay_core::import::{load, ImportOptions};
 use allocreplay_core::policy::{build, PolicyContext};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn shared(name: &str) -> PathBuf {
     let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch")).join(name);
@@ -26,12 +26,12 @@ fn repo(rel: &str) -> PathBuf {
     p
 }
 
-fn stat(json: &PathBuf, key: &str) -> u64 {
+fn stat(json: &Path, key: &str) -> u64 {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     v["memory_stats"][key].as_u64().unwrap_or_else(|| panic!("{} has no memory_stats[{key}]", json.display()))
 }
 
-fn replay(trace: &PathBuf, spec: &str, capacity: Option<u64>) -> Stats {
+fn replay(trace: &Path, spec: &str, capacity: Option<u64>) -> Stats {
     let t = load(trace, &ImportOptions::default()).unwrap();
     let ctx = PolicyContext { metadata: &t.metadata, device: t.metadata.device(0), capacity };
     let mut p = build(spec, &ctx).unwrap();
