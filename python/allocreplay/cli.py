@@ -169,6 +169,11 @@ def replay_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_j
         ]
         for r in summary.iter_rows(named=True)
     ]
+    if any(r.get("pages_migrated") for r in summary.iter_rows(named=True)):
+        # Unified memory (`managed`): what oversubscription would move between host and device.
+        header.insert(-1, "migrated")
+        for row, r in zip(rows, summary.iter_rows(named=True)):
+            row.insert(-1, f"{r['pages_migrated']:,} pages, {_gib(r['bytes_migrated'])}")
     click.echo(_table(rows, header))
 
 

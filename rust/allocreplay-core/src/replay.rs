@@ -130,6 +130,8 @@ pub fn summary_batch(runs: &[Run]) -> RecordBatch {
         ("num_device_free", u(&|r| Some(r.replay.stats.num_device_free))),
         ("num_alloc_retries", u(&|r| Some(r.replay.stats.num_alloc_retries))),
         ("num_ooms", u(&|r| Some(r.replay.stats.num_ooms))),
+        ("pages_migrated", u(&|r| Some(r.replay.stats.pages_migrated))),
+        ("bytes_migrated", u(&|r| Some(r.replay.stats.bytes_migrated))),
         ("first_oom_event", u(&|r| r.replay.first_oom.as_ref().map(|o| o.event as u64))),
         ("first_oom_requested_bytes", u(&|r| r.replay.first_oom.as_ref().map(|o| o.requested))),
         ("events", u(&|r| Some(r.replay.events as u64))),

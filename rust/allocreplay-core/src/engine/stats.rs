@@ -16,6 +16,9 @@ pub struct Stats {
     pub num_device_free: u64,
     pub num_alloc_retries: u64,
     pub num_ooms: u64,
+    /// Unified memory (`managed`): 2 MiB pages moved between host and device, and their bytes.
+    pub pages_migrated: u64,
+    pub bytes_migrated: u64,
 }
 
 impl Stats {

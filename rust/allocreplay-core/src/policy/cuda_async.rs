@@ -1,0 +1,723 @@
+//! `cuda-async`: CUDA's stream-ordered pool (`cudaMallocAsync` / `cudaFreeAsync` on the
+//! device's default `cudaMemPool_t`), as used by `PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`
+//! (`c10/cuda/CUDAMallocAsyncAllocator.cpp`), `TF_GPU_ALLOCATOR=cuda_malloc_async` and JAX's
+//! `XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async` (both `xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc`).
+//!
+//! The pool lives in the closed-source driver. This is a model built from NVIDIA's documentation
+//! (CUDA Programming Guide, "Stream Ordered Memory Allocator"; `cudaMemPoolSetAttribute`) and
+//! from probes of the real driver (580.159, H200; see docs/cuda-policies.md for the probes and
+//! what they showed):
+//!
+//! - Requests are rounded up to 512 bytes (consecutive 1-byte `cudaMallocAsync`s are 512 bytes
+//!   apart); `UsedMemCurrent` counts the unrounded bytes, and that is what PyTorch reports as
+//!   `allocated_bytes` under this backend (`CudaMallocAsyncAllocator::getDeviceStats`).
+//! - The pool is one virtual range; a request takes the smallest free range that fits, at its
+//!   front, or extends the range at its top; freed neighbours coalesce.
+//! - Physical memory backs the range in chunks of 32 MiB (`chunk_size`): a 1-byte request makes
+//!   `ReservedMemCurrent` 32 MiB, 3000 MiB makes it 3008 MiB. `reserved` is the chunks mapped
+//!   (PyTorch's `reserved_bytes` under this backend is `cudaMemPoolAttrReservedMemCurrent/High`).
+//! - Release threshold (`cudaMemPoolAttrReleaseThreshold`, default 0 in the driver): while the
+//!   pool holds more than the threshold, chunks with no live allocation go back to the OS
+//!   (the driver does it at the next stream/event/device synchronisation; a trace records no
+//!   synchronisations, so the model trims when the last allocation in a chunk is released).
+//!   PyTorch sets it to `UINT64_MAX` in `lazy_init_device` (never trims; `empty_cache` calls
+//!   `cudaMemPoolTrimTo(0)`), XLA/TF to the allocator's pool size (the memory limit) in the
+//!   `GpuCudaMallocAsyncAllocator` constructor, and XLA with `reserve_memory` (JAX's
+//!   preallocation) allocates and frees the pool size once up front
+//!   (`SetStreamAndPreallocateMemory`).
+//! - Reuse across streams: `cudaMemPoolReuseAllowOpportunistic` (on by default, and PyTorch
+//!   turns it on explicitly) lets another stream reuse a free once it has completed. PyTorch's
+//!   `free_impl` frees a block used on several streams (`record_stream`) on a "unifying" stream
+//!   after event waits on each usage stream; the trace's `free_completed` of such a block (when
+//!   the native allocator saw those events complete) is when the model makes its range reusable.
+//!   A block freed on its own stream is reusable at once (stream order).
+//! - At the device's capacity, idle chunks are unmapped and their memory used where it is
+//!   needed (the driver remaps physical memory within the pool); if that is not enough the
+//!   request fails (`cudaErrorMemoryAllocation`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::spec::PolicyContext;
+use super::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
+use crate::engine::device::DeviceMemory;
+use crate::engine::stats::Stats;
+use crate::error::{Error, Result};
+use crate::units::{parse_capacity, Capacity};
+
+/// Allocation granularity inside the pool (measured: consecutive small allocations are 512 B apart).
+pub const POOL_ALIGN: u64 = 512;
+/// Physical chunk size of the pool (measured on driver 580.159, H200).
+pub const DEFAULT_CHUNK: u64 = 32 << 20;
+/// Virtual range the simulated pool reserves (the driver reserves a large range up front).
+const POOL_VA: u64 = 1 << 40;
+
+/// Splits `key=value,key=value` options, rejecting unknown keys with the list of valid ones.
+pub(crate) fn parse_options<'a>(policy: &str, options: &'a str, valid: &[(&str, &str)]) -> Result<Vec<(&'a str, &'a str)>> {
+    let help = || valid.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ");
+    let mut out = Vec::new();
+    for item in options.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((k, v)) = item.split_once('=') else {
+            return Err(Error::PolicySpec(if valid.is_empty() {
+                format!("{policy}: takes no options, got '{item}'")
+            } else {
+                format!("{policy}: option '{item}' is not KEY=VALUE; valid options: {}", help())
+            }));
+        };
+        let (k, v) = (k.trim(), v.trim());
+        if !valid.iter().any(|(name, _)| *name == k) {
+            return Err(Error::PolicySpec(if valid.is_empty() {
+                format!("{policy}: takes no options, got '{item}'")
+            } else {
+                format!("{policy}: unknown option '{k}'; valid options: {}", help())
+            }));
+        }
+        if out.iter().any(|(seen, _)| *seen == k) {
+            return Err(Error::PolicySpec(format!("{policy}: option '{k}' given twice")));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+/// A byte size option: bytes, a size with a unit, or a fraction of the device's memory.
+fn parse_bytes(policy: &str, key: &str, value: &str, ctx: &PolicyContext) -> Result<u64> {
+    if value.trim() == "0" {
+        return Ok(0);
+    }
+    let cap = parse_capacity(value).map_err(|e| Error::PolicySpec(format!("{policy}: {key}: {e}")))?;
+    match cap {
+        Capacity::Bytes(b) => Ok(b),
+        Capacity::Fraction(_) => cap.resolve(ctx.device).map_err(|e| Error::PolicySpec(format!("{policy}: {key}: {e}"))),
+    }
+}
+
+fn parse_bool(policy: &str, key: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(Error::PolicySpec(format!("{policy}: {key} must be true or false, got '{value}'"))),
+    }
+}
+
+pub(crate) fn option_bool(policy: &str, key: &str, value: &str) -> Result<bool> {
+    parse_bool(policy, key, value)
+}
+
+const OPTIONS: &[(&str, &str)] = &[
+    ("release_threshold", "BYTES|max (default: max for PyTorch traces, the pool size elsewhere)"),
+    ("preallocate", "BYTES|true|false (XLA's reserve_memory; true = the release threshold)"),
+    ("chunk_size", "BYTES (physical chunk, default 32MiB)"),
+];
+
+pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
+    Ok(Box::new(CudaAsync::from_options(options, ctx)?))
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Chunk {
+    /// Live allocations overlapping the chunk.
+    live: u32,
+    mapped: bool,
+    /// On the idle stack (lazily cleaned).
+    queued: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum SlotState {
+    #[default]
+    Empty,
+    Live,
+    /// `cudaFreeAsync` issued (`free_requested`); the range is reusable at `free_completed`.
+    Freed,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    off: u64,
+    size: u64,
+    requested: u64,
+    state: SlotState,
+}
+
+#[derive(Debug)]
+pub struct CudaAsync {
+    name: String,
+    release_threshold: u64,
+    preallocate: u64,
+    chunk: u64,
+    stats: Stats,
+    /// Base of the pool's virtual range (reserved at first use).
+    base: Option<u64>,
+    /// Free ranges of the pool (offsets): start -> end, and (length, start) for best fit.
+    by_addr: BTreeMap<u64, u64>,
+    by_size: BTreeSet<(u64, u64)>,
+    /// End of the highest range ever handed out and still live or below a live one.
+    top: u64,
+    chunks: Vec<Chunk>,
+    /// Candidate idle mapped chunks (stale entries are skipped).
+    idle: Vec<u32>,
+    idle_count: u64,
+    scratch: Vec<u32>,
+    slots: Vec<Slot>,
+    live_allocs: u64,
+}
+
+impl CudaAsync {
+    pub fn from_options(options: &str, ctx: &PolicyContext) -> Result<Self> {
+        const P: &str = "cuda-async";
+        let kv = parse_options(P, options, OPTIONS)?;
+        // Default threshold as each framework sets it: PyTorch UINT64_MAX; XLA/TF the pool size.
+        let pool_size = ctx.device.and_then(|d| d.memory_cap.or(d.total_memory)).or(ctx.capacity);
+        let mut release_threshold = if ctx.metadata.source == "pytorch" { u64::MAX } else { pool_size.unwrap_or(u64::MAX) };
+        let mut preallocate = 0;
+        let mut prealloc_flag = None;
+        let mut chunk = DEFAULT_CHUNK;
+        for (k, v) in kv {
+            match k {
+                "release_threshold" => {
+                    release_threshold = match v.to_ascii_lowercase().as_str() {
+                        "max" | "inf" | "none" | "uint64_max" => u64::MAX,
+                        _ => parse_bytes(P, k, v, ctx)?,
+                    }
+                }
+                "preallocate" => match v.to_ascii_lowercase().as_str() {
+                    "true" | "false" | "yes" | "no" | "on" | "off" => prealloc_flag = Some(parse_bool(P, k, v)?),
+                    _ => preallocate = parse_bytes(P, k, v, ctx)?,
+                },
+                "chunk_size" => {
+                    chunk = parse_bytes(P, k, v, ctx)?;
+                    if chunk == 0 || !chunk.is_multiple_of(POOL_ALIGN) {
+                        return Err(Error::PolicySpec(format!("{P}: chunk_size must be a positive multiple of {POOL_ALIGN} bytes, got '{v}'")));
+                    }
+                }
+                _ => unreachable!("parse_options checked the keys"),
+            }
+        }
+        if prealloc_flag == Some(true) {
+            if release_threshold == u64::MAX {
+                return Err(Error::PolicySpec(format!(
+                    "{P}: preallocate=true preallocates the release threshold (XLA's pool size), but the threshold is unlimited; give preallocate=BYTES or release_threshold=BYTES"
+                )));
+            }
+            preallocate = release_threshold;
+        }
+        let name = if options.trim().is_empty() { P.to_string() } else { format!("{P}:{}", options.trim()) };
+        Ok(Self::new(name, release_threshold, preallocate, chunk))
+    }
+
+    pub fn new(name: String, release_threshold: u64, preallocate: u64, chunk: u64) -> Self {
+        CudaAsync {
+            name,
+            release_threshold,
+            preallocate,
+            chunk,
+            stats: Stats::default(),
+            base: None,
+            by_addr: BTreeMap::new(),
+            by_size: BTreeSet::new(),
+            top: 0,
+            chunks: Vec::new(),
+            idle: Vec::new(),
+            idle_count: 0,
+            scratch: Vec::new(),
+            slots: Vec::new(),
+            live_allocs: 0,
+        }
+    }
+
+    /// The pool's first use: reserve its virtual range; XLA's `SetStreamAndPreallocateMemory`
+    /// allocates and frees `preallocate` bytes so the pool holds them (up to the threshold).
+    fn init(&mut self, device: &mut DeviceMemory) {
+        if self.base.is_some() {
+            return;
+        }
+        self.base = Some(device.reserve_virtual(POOL_VA));
+        if self.preallocate > 0 {
+            let bytes = self.preallocate.div_ceil(POOL_ALIGN) * POOL_ALIGN;
+            let last = ((bytes - 1) / self.chunk) as usize;
+            self.ensure_chunks(last);
+            let base = self.base.unwrap();
+            for c in 0..=last {
+                if !device.map(base + c as u64 * self.chunk, self.chunk) {
+                    break; // as much as fits
+                }
+                self.chunks[c].mapped = true;
+                self.stats.add_reserved(self.chunk);
+                self.stats.num_device_alloc += 1;
+                self.make_idle(c as u32);
+            }
+            self.trim(device);
+        }
+    }
+
+    fn ensure_chunks(&mut self, last: usize) {
+        if self.chunks.len() <= last {
+            self.chunks.resize(last + 1, Chunk::default());
+        }
+    }
+
+    fn make_idle(&mut self, c: u32) {
+        self.idle_count += 1;
+        let ch = &mut self.chunks[c as usize];
+        if !ch.queued {
+            ch.queued = true;
+            self.idle.push(c);
+        }
+    }
+
+    /// Pops an idle mapped chunk that is not in `[lo, hi]`, skipping stale entries.
+    fn pop_idle(&mut self, lo: usize, hi: usize) -> Option<u32> {
+        let mut found = None;
+        while let Some(c) = self.idle.pop() {
+            let ch = self.chunks[c as usize];
+            if !ch.mapped || ch.live > 0 {
+                self.chunks[c as usize].queued = false;
+                continue;
+            }
+            if (lo..=hi).contains(&(c as usize)) {
+                self.scratch.push(c);
+                continue;
+            }
+            self.chunks[c as usize].queued = false;
+            found = Some(c);
+            break;
+        }
+        while let Some(c) = self.scratch.pop() {
+            self.idle.push(c);
+        }
+        found
+    }
+
+    fn unmap(&mut self, c: u32, device: &mut DeviceMemory) {
+        let base = self.base.expect("pool initialised");
+        self.chunks[c as usize].mapped = false;
+        self.idle_count -= 1;
+        device.unmap(base + c as u64 * self.chunk, self.chunk);
+        self.stats.sub_reserved(self.chunk);
+        self.stats.num_device_free += 1;
+    }
+
+    /// Release threshold: while the pool holds more than the threshold, idle chunks go back.
+    fn trim(&mut self, device: &mut DeviceMemory) {
+        while self.stats.reserved > self.release_threshold && self.idle_count > 0 {
+            match self.pop_idle(usize::MAX, 0) {
+                Some(c) => self.unmap(c, device),
+                None => break,
+            }
+        }
+    }
+
+    fn slot(&mut self, id: u64) -> &mut Slot {
+        let i = id as usize;
+        if i >= self.slots.len() {
+            self.slots.resize((i + 1).max(self.slots.len() * 2), Slot::default());
+        }
+        &mut self.slots[i]
+    }
+
+    fn insert_free(&mut self, start: u64, end: u64) {
+        self.by_addr.insert(start, end);
+        self.by_size.insert((end - start, start));
+    }
+
+    fn remove_free(&mut self, start: u64, end: u64) {
+        self.by_addr.remove(&start);
+        self.by_size.remove(&(end - start, start));
+    }
+
+    /// Returns a range to the pool, coalescing with free neighbours; the top retreats when the
+    /// range ends there.
+    fn release_range(&mut self, off: u64, size: u64, device: &mut DeviceMemory) {
+        let (mut start, mut end) = (off, off + size);
+        if let Some((&s, &e)) = self.by_addr.range(..start).next_back() {
+            if e == start {
+                self.remove_free(s, e);
+                start = s;
+            }
+        }
+        if let Some(&e) = self.by_addr.get(&end) {
+            self.remove_free(end, e);
+            end = e;
+        }
+        if end == self.top {
+            self.top = start;
+        } else {
+            self.insert_free(start, end);
+        }
+        let (lo, hi) = ((off / self.chunk) as usize, ((off + size - 1) / self.chunk) as usize);
+        for c in lo..=hi {
+            let ch = &mut self.chunks[c];
+            ch.live -= 1;
+            if ch.live == 0 {
+                self.make_idle(c as u32);
+            }
+        }
+        self.trim(device);
+    }
+
+    fn complete_free(&mut self, id: u64, device: &mut DeviceMemory) {
+        let s = *self.slot(id);
+        if s.state == SlotState::Live {
+            self.stats.sub_allocated(s.requested, s.requested);
+        }
+        if s.state == SlotState::Empty {
+            return;
+        }
+        self.slots[id as usize].state = SlotState::Empty;
+        self.live_allocs -= 1;
+        if s.size > 0 {
+            self.release_range(s.off, s.size, device);
+        }
+    }
+}
+
+impl Policy for CudaAsync {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn malloc(&mut self, req: &Request, device: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        self.init(device);
+        let base = self.base.expect("pool initialised");
+        if req.size == 0 {
+            // PyTorch's allocate(0) returns nullptr without calling cudaMallocAsync.
+            *self.slot(req.id) = Slot { off: 0, size: 0, requested: 0, state: SlotState::Live };
+            self.live_allocs += 1;
+            return Ok(Placement { addr: 0, size: 0, segment: base });
+        }
+        let size = req.size.div_ceil(POOL_ALIGN) * POOL_ALIGN;
+        // Smallest free range that fits (ties: lowest address), else the top.
+        let fit = self.by_size.range((size, 0)..).next().copied();
+        let (off, grow_from) = match fit {
+            Some((_, start)) => (start, None),
+            None => match self.by_addr.iter().next_back() {
+                Some((&s, &e)) if e == self.top => (s, Some((s, e))),
+                _ => (self.top, None),
+            },
+        };
+        let (lo, hi) = ((off / self.chunk) as usize, ((off + size - 1) / self.chunk) as usize);
+        // Chunks to map, and idle chunks inside the range (those cannot be given up for it).
+        let mut need = 0u64;
+        let mut idle_inside = 0u64;
+        for c in lo..=hi {
+            match self.chunks.get(c) {
+                Some(ch) if ch.mapped => idle_inside += u64::from(ch.live == 0),
+                _ => need += 1,
+            }
+        }
+        let need_bytes = need * self.chunk;
+        if !device.fits(need_bytes) {
+            let room = device.capacity.saturating_sub(device.used) / self.chunk;
+            if room + (self.idle_count - idle_inside) < need {
+                self.stats.num_ooms += 1;
+                return Err(OutOfMemory { alloc_size: need_bytes });
+            }
+        }
+        // Commit.
+        match fit {
+            Some((len, start)) => {
+                self.remove_free(start, start + len);
+                if len > size {
+                    self.insert_free(start + size, start + len);
+                }
+            }
+            None => {
+                if let Some((s, e)) = grow_from {
+                    self.remove_free(s, e);
+                }
+                self.top = off + size;
+            }
+        }
+        self.ensure_chunks(hi);
+        for c in lo..=hi {
+            if !self.chunks[c].mapped {
+                while !device.fits(self.chunk) {
+                    let victim = self.pop_idle(lo, hi).expect("room was checked");
+                    self.unmap(victim, device);
+                }
+                let mapped = device.map(base + c as u64 * self.chunk, self.chunk);
+                debug_assert!(mapped);
+                self.chunks[c].mapped = true;
+                self.stats.add_reserved(self.chunk);
+                self.stats.num_device_alloc += 1;
+            } else if self.chunks[c].live == 0 {
+                self.idle_count -= 1;
+            }
+            self.chunks[c].live += 1;
+        }
+        self.stats.add_allocated(req.size, req.size);
+        *self.slot(req.id) = Slot { off, size, requested: req.size, state: SlotState::Live };
+        self.live_allocs += 1;
+        Ok(Placement { addr: base + off, size, segment: base })
+    }
+
+    fn free_requested(&mut self, id: u64, _device: &mut DeviceMemory) {
+        // `cudaFreeAsync`: the driver's used bytes drop now.
+        let s = self.slot(id);
+        if s.state == SlotState::Live {
+            s.state = SlotState::Freed;
+            let r = s.requested;
+            self.stats.sub_allocated(r, r);
+        }
+    }
+
+    fn free_completed(&mut self, id: u64, device: &mut DeviceMemory) {
+        self.complete_free(id, device);
+    }
+
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    fn segments(&self) -> Vec<SegmentInfo> {
+        match self.base {
+            Some(addr) if self.stats.reserved > 0 => vec![SegmentInfo {
+                addr,
+                size: self.stats.reserved,
+                stream: 0,
+                pool: 0,
+                kind: "mempool",
+                allocated_bytes: self.stats.allocated,
+                blocks: self.live_allocs as u32,
+            }],
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::TraceMetadata;
+
+    const MIB: u64 = 1 << 20;
+    const CH: u64 = 32 * MIB;
+
+    fn req(id: u64, size: u64) -> Request {
+        Request { event: id as usize, id, size, stream: 0, pool: 0, recorded_addr: None, recorded_chunk: None }
+    }
+
+    fn pool(threshold: u64) -> CudaAsync {
+        CudaAsync::new("cuda-async".into(), threshold, 0, CH)
+    }
+
+    fn free(p: &mut CudaAsync, id: u64, d: &mut DeviceMemory) {
+        p.free_requested(id, d);
+        p.free_completed(id, d);
+    }
+
+    #[test]
+    fn one_byte_maps_a_whole_chunk_and_used_bytes_are_unrounded() {
+        // Probe P1: cudaMallocAsync(1) -> ReservedMemCurrent 32 MiB, UsedMemCurrent 1.
+        let mut d = DeviceMemory::new(None);
+        let mut p = pool(u64::MAX);
+        let a = p.malloc(&req(0, 1), &mut d).unwrap();
+        assert_eq!(a.size, 512);
+        assert_eq!(p.stats.reserved, CH);
+        assert_eq!(p.stats.allocated, 1);
+        // 3000 MiB -> 94 chunks = 3008 MiB (probe P1).
+        let mut p = pool(u64::MAX);
+        p.malloc(&req(0, 3000 * MIB), &mut d).unwrap();
+        assert_eq!(p.stats.reserved, 3008 * MIB);
+    }
+
+    #[test]
+    fn small_requests_are_packed_512_bytes_apart() {
+        // Probe P2: consecutive 1-byte allocations at offsets 0, 512, 1024, ...
+        let mut d = DeviceMemory::new(None);
+        let mut p = pool(u64::MAX);
+        let a0 = p.malloc(&req(0, 1), &mut d).unwrap().addr;
+        let a1 = p.malloc(&req(1, 1), &mut d).unwrap().addr;
+        let a2 = p.malloc(&req(2, 1024), &mut d).unwrap().addr;
+        let a3 = p.malloc(&req(3, 1), &mut d).unwrap().addr;
+        assert_eq!((a1 - a0, a2 - a0, a3 - a0), (512, 1024, 2048));
+    }
+
+    #[test]
+    fn the_pool_grows_at_its_top_in_chunks() {
+        // Probe P6: 100 MiB + 12345 B requests land back to back; reserved follows the top
+        // rounded up to 32 MiB: 128, 224, 320 MiB.
+        let mut d = DeviceMemory::new(None);
+        let mut p = pool(u64::MAX);
+        let s = 100 * MIB + 12345;
+        let r = s.div_ceil(512) * 512;
+        let a = p.malloc(&req(0, s), &mut d).unwrap().addr;
+        assert_eq!(p.stats.reserved, 128 * MIB);
+        let b = p.malloc(&req(1, s), &mut d).unwrap().addr;
+        assert_eq!(b - a, r);
+        assert_eq!(p.stats.reserved, 224 * MIB);
+        p.malloc(&req(2, s), &mut d).unwrap();
+        assert_eq!(p.stats.reserved, 320 * MIB);
+        assert_eq!(p.stats.num_device_alloc, 10);
+    }
+
+    #[test]
+    fn best_fit_at_the_front_of_the_free_range() {
+        // Probe P5: blocks 4, g, 8, g, 6, g MiB; free the 4, 8 and 6: a 6 MiB request takes the
+        // 6 MiB hole, 4 the 4 MiB hole, 8 the 8 MiB hole.
+        let mut d = DeviceMemory::new(None);
+        let mut p = pool(u64::MAX);
+        let sizes = [4, 2, 8, 2, 6, 2];
+        let addrs: Vec<u64> = sizes.iter().enumerate().map(|(i, &s)| p.malloc(&req(i as u64, s * MIB), &mut d).unwrap().addr).collect();
+        for id in [0, 2, 4] {
+            free(&mut p, id, &mut d);
+        }
+        assert_eq!(p.malloc(&req(10, 6 * MIB), &mut d).unwrap().addr, addrs[4]);
+        assert_eq!(p.malloc(&req(11, 4 * MIB), &mut d).unwrap().addr, addrs[0]);
+        assert_eq!(p.malloc(&req(12, 8 * MIB), &mut d).unwrap().addr, addrs[2]);
+        // Probe P5b: a freed 20 MiB range serves 3 MiB at its front, then 1 KiB right after.
+        let mut p = pool(u64::MAX);
+        let a = p.malloc(&req(0, 20 * MIB), &mut d).unwrap().addr;
+        p.malloc(&req(1, 2 * MIB), &mut d).unwrap();
+        free(&mut p, 0, &mut d);
+        assert_eq!(p.malloc(&req(2, 3 * MIB), &mut d).unwrap().addr, a);
+        assert_eq!(p.malloc(&req(3, 1024), &mut d).unwrap().addr, a + 3 * MIB);
+    }
+
+    #[test]
+    fn freed_neighbours_coalesce_and_the_top_retreats() {
+        let mut d = DeviceMemory::new(None);
+        let mut p = pool(u64::MAX);
+        let a = p.malloc(&req(0, 10 * MIB), &mut d).unwrap().addr;
+        p.malloc(&req(1, 10 * MIB), &mut d).unwrap();
+        p.malloc(&req(2, 10 * MIB), &mut d).unwrap();
+        free(&mut p, 0, &mut d);
+        free(&mut p, 1, &mut d);
+        // The two freed 10 MiB neighbours serve 20 MiB at a.
+        assert_eq!(p.malloc(&req(3, 20 * MIB), &mut d).unwrap().addr, a);
+        free(&mut p, 3, &mut d);
+        free(&mut p, 2, &mut d);
+        assert_eq!(p.top, 0);
+        assert!(p.by_addr.is_empty() && p.by_size.is_empty());
+        // Threshold UINT64_MAX (PyTorch): nothing goes back.
+        assert_eq!(p.stats.reserved, CH);
+    }
+
+    #[test]
+    fn release_threshold_trims_idle_chunks() {
+        // Probe P7, threshold 0: free 100 MiB -> the pool goes back to 0 (at the next sync).
+        let mut d = DeviceMemory::new(None);
+        let mut p = pool(0);
+        p.malloc(&req(0, 100 * MIB), &mut d).unwrap();
+        assert_eq!(p.stats.reserved, 128 * MIB);
+        free(&mut p, 0, &mut d);
+        assert_eq!((p.stats.reserved, d.used), (0, 0));
+        // Threshold 0 with 10 MiB freed and 30 MiB live across two chunks: both stay (64 MiB).
+        let mut p = pool(0);
+        p.malloc(&req(0, 10 * MIB), &mut d).unwrap();
+        p.malloc(&req(1, 30 * MIB), &mut d).unwrap();
+        free(&mut p, 0, &mut d);
+        assert_eq!(p.stats.reserved, 64 * MIB);
+        // Threshold 64 MiB: 10 x 20 MiB -> 224 MiB; all freed -> 64 MiB kept.
+        let mut d = DeviceMemory::new(None);
+        let mut p = pool(64 * MIB);
+        for i in 0..10 {
+            p.malloc(&req(i, 20 * MIB), &mut d).unwrap();
+        }
+        assert_eq!(p.stats.reserved, 224 * MIB);
+        for i in (0..10).step_by(2) {
+            free(&mut p, i, &mut d);
+        }
+        // Every chunk still overlaps a live allocation (probe: still 224 MiB).
+        assert_eq!(p.stats.reserved, 224 * MIB);
+        for i in (1..10).step_by(2) {
+            free(&mut p, i, &mut d);
+        }
+        assert_eq!(p.stats.reserved, 64 * MIB);
+        assert_eq!(d.used, 64 * MIB);
+        // Trimmed chunks are mapped again when the range is reused.
+        p.malloc(&req(20, 200 * MIB), &mut d).unwrap();
+        assert_eq!(p.stats.reserved, 224 * MIB);
+        assert_eq!(p.stats.peak_reserved, 224 * MIB);
+    }
+
+    #[test]
+    fn deferred_frees_are_reusable_only_when_completed() {
+        // A block freed on another stream (record_stream) is not reusable until free_completed.
+        let mut d = DeviceMemory::new(None);
+        let mut p = pool(u64::MAX);
+        let a = p.malloc(&req(0, 8 * MIB), &mut d).unwrap().addr;
+        p.free_requested(0, &mut d);
+        assert_eq!(p.stats.allocated, 0);
+        let b = p.malloc(&req(1, 8 * MIB), &mut d).unwrap().addr;
+        assert_eq!(b, a + 8 * MIB);
+        p.free_completed(0, &mut d);
+        assert_eq!(p.malloc(&req(2, 8 * MIB), &mut d).unwrap().addr, a);
+        // A second free_completed of the same id is a no-op.
+        p.free_completed(0, &mut d);
+        assert_eq!(p.stats.allocated, 16 * MIB);
+    }
+
+    #[test]
+    fn at_capacity_idle_chunks_are_remapped_then_requests_fail_without_side_effects() {
+        let mut d = DeviceMemory::new(Some(96 * MIB));
+        let mut p = pool(u64::MAX);
+        p.malloc(&req(0, 40 * MIB), &mut d).unwrap(); // chunks 0, 1
+        p.malloc(&req(1, 20 * MIB), &mut d).unwrap(); // 40..60: chunk 1
+        free(&mut p, 0, &mut d); // chunk 0 idle (0..32), chunk 1 still live
+        assert_eq!(p.stats.reserved, 64 * MIB);
+        // 60 MiB: best fit is the 40 MiB hole? No: too small; it grows at the top (60..120),
+        // needing chunks 2, 3 (64 MiB) with 32 MiB free: idle chunk 0 is unmapped for it.
+        let c = p.malloc(&req(2, 60 * MIB), &mut d).unwrap();
+        assert_eq!(c.addr - p.base.unwrap(), 60 * MIB);
+        assert_eq!(p.stats.reserved, 96 * MIB);
+        assert_eq!(p.stats.num_device_free, 1);
+        // Nothing idle left: 64 MiB more fails and changes nothing.
+        let before = (p.stats.reserved, p.stats.allocated, p.top, d.used);
+        assert_eq!(p.malloc(&req(3, 64 * MIB), &mut d), Err(OutOfMemory { alloc_size: 64 * MIB }));
+        assert_eq!((p.stats.reserved, p.stats.allocated, p.top, d.used), before);
+        assert_eq!(p.stats.num_ooms, 1);
+        // The hole at 0..40 MiB (chunk 0 unmapped) still serves a request: mapping chunk 0
+        // again needs 32 MiB that is not there and nothing is idle -> OOM as well.
+        assert!(p.malloc(&req(4, MIB), &mut d).is_err());
+    }
+
+    #[test]
+    fn zero_byte_requests_take_nothing() {
+        let mut d = DeviceMemory::new(None);
+        let mut p = pool(u64::MAX);
+        let z = p.malloc(&req(0, 0), &mut d).unwrap();
+        assert_eq!((z.addr, z.size, p.stats.reserved), (0, 0, 0));
+        free(&mut p, 0, &mut d);
+        assert_eq!(p.live_allocs, 0);
+    }
+
+    #[test]
+    fn spec_options_and_errors() {
+        let mut meta = TraceMetadata::new("pytorch");
+        meta.devices.push(crate::trace::DeviceInfo { index: 0, total_memory: Some(80 << 30), ..Default::default() });
+        let ctx = PolicyContext { metadata: &meta, device: meta.device(0), capacity: None };
+        let p = CudaAsync::from_options("", &ctx).unwrap();
+        assert_eq!(p.release_threshold, u64::MAX, "PyTorch sets UINT64_MAX");
+        let p = CudaAsync::from_options("release_threshold=0", &ctx).unwrap();
+        assert_eq!(p.release_threshold, 0);
+        let p = CudaAsync::from_options("release_threshold=2GiB,chunk_size=2MiB", &ctx).unwrap();
+        assert_eq!((p.release_threshold, p.chunk), (2 << 30, 2 << 20));
+        let p = CudaAsync::from_options("release_threshold=0.75,preallocate=true", &ctx).unwrap();
+        assert_eq!(p.preallocate, 60 << 30);
+        let e = CudaAsync::from_options("release=1", &ctx).unwrap_err().to_string();
+        assert!(e.contains("unknown option 'release'") && e.contains("release_threshold="), "{e}");
+        let e = CudaAsync::from_options("release_threshold", &ctx).unwrap_err().to_string();
+        assert!(e.contains("KEY=VALUE"), "{e}");
+        assert!(CudaAsync::from_options("release_threshold=lots", &ctx).is_err());
+        assert!(CudaAsync::from_options("preallocate=true", &ctx).is_err());
+        // XLA/TF sources: the threshold defaults to the pool size (here the total memory).
+        let mut xmeta = meta.clone();
+        xmeta.source = "xplane".into();
+        let xctx = PolicyContext { metadata: &xmeta, device: xmeta.device(0), capacity: None };
+        assert_eq!(CudaAsync::from_options("", &xctx).unwrap().release_threshold, 80 << 30);
+    }
+
+    #[test]
+    fn preallocation_holds_the_pool_size() {
+        // XLA reserve_memory: allocate and free the pool size; the threshold keeps it.
+        let mut d = DeviceMemory::new(None);
+        let mut p = CudaAsync::new("x".into(), 100 * MIB, 100 * MIB, CH);
+        p.malloc(&req(0, MIB), &mut d).unwrap();
+        // 100 MiB maps 4 chunks (128 MiB), trimmed to at most the threshold: 3 chunks.
+        assert_eq!(p.stats.reserved, 96 * MIB);
+        assert_eq!(p.stats.peak_reserved, 128 * MIB);
+        p.malloc(&req(1, 60 * MIB), &mut d).unwrap();
+        assert_eq!(p.stats.reserved, 96 * MIB);
+    }
+}

@@ -1,0 +1,151 @@
+//! CUDA-level policies on real traces. Truth:
+//! - `gpt2_train__async.json` (shared/traces/pytorch): gpt2_train under
+//!   `PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`, peak reserved 16,642,998,272 bytes, peak
+//!   allocated 15,378,173,176; its requests are those of `gpt2_train__default` (same seed).
+//! - traces/cuda/ (captured on the same kind of machine for this calibration, see
+//!   docs/cuda-policies.md): resnet50_train and llama_generate default-allocator traces and the
+//!   memory_stats of the same workloads under cudaMallocAsync; two_streams under cudaMallocAsync.
+//! - tools/driver-probes/replays-h200-580.159.txt: the same requests replayed on the GPU with
+//!   cudaMalloc/cudaFree (device usage from cudaMemGetInfo).
+
+use allocreplay_core::engine::stats::Stats;
+use allocreplay_core::engine::{replay_device, ReplayOptions};
+use allocreplay_core::import::{load, ImportOptions};
+use allocreplay_core::policy::{build, PolicyContext};
+use std::path::{Path, PathBuf};
+
+fn shared(name: &str) -> PathBuf {
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch")).join(name);
+    assert!(p.exists(), "fixture missing: {}", p.display());
+    p
+}
+
+fn repo(rel: &str) -> PathBuf {
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(rel);
+    assert!(p.exists(), "fixture missing: {}", p.display());
+    p
+}
+
+fn stat(json: &Path, key: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    v["memory_stats"][key].as_u64().unwrap_or_else(|| panic!("{} has no memory_stats[{key}]", json.display()))
+}
+
+fn replay(trace: &Path, spec: &str, capacity: Option<u64>) -> Stats {
+    let t = load(trace, &ImportOptions::default()).unwrap();
+    let ctx = PolicyContext { metadata: &t.metadata, device: t.metadata.device(0), capacity };
+    let mut p = build(spec, &ctx).unwrap();
+    let opts = ReplayOptions { capacity, ..Default::default() };
+    replay_device(&t, 0, p.as_mut(), &opts).stats
+}
+
+fn rel_err(predicted: u64, real: u64) -> f64 {
+    (predicted as f64 - real as f64).abs() / real as f64
+}
+
+/// A `REPLAY malloc <file> peak_used=N` line of the GPU replays.
+fn measured_malloc_peak(workload: &str) -> u64 {
+    let text = std::fs::read_to_string(repo("tools/driver-probes/replays-h200-580.159.txt")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("REPLAY malloc") && l.contains(workload))
+        .unwrap_or_else(|| panic!("no malloc replay of {workload}"));
+    line.rsplit("peak_used=").next().unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn gpt2_cuda_async_peak_reserved_within_3_percent_of_the_real_run() {
+    let real = shared("gpt2_train__async.json");
+    let s = replay(&shared("gpt2_train__default.pickle.xz"), "cuda-async", None);
+    let real_reserved = stat(&real, "reserved_bytes.all.peak");
+    assert_eq!(real_reserved, 16_642_998_272);
+    let err = rel_err(s.peak_reserved, real_reserved);
+    eprintln!("gpt2_train cuda-async: predicted {} vs real {real_reserved} ({:.2}%)", s.peak_reserved, err * 100.0);
+    assert!(err <= 0.03, "predicted {} vs real {real_reserved}", s.peak_reserved);
+    // Used bytes are the unrounded requests, freed at cudaFreeAsync: exactly the real peak.
+    assert_eq!(s.peak_allocated, stat(&real, "allocated_bytes.all.peak"));
+    // Reserved memory comes in 32 MiB chunks.
+    assert_eq!(s.peak_reserved % (32 << 20), 0);
+}
+
+#[test]
+fn held_out_resnet50_cuda_async_within_3_percent() {
+    let s = replay(&repo("traces/cuda/resnet50_train__default.pickle.xz"), "cuda-async", None);
+    let real = repo("traces/cuda/resnet50_train__async.json");
+    let real_reserved = stat(&real, "reserved_bytes.all.peak");
+    let err = rel_err(s.peak_reserved, real_reserved);
+    eprintln!("resnet50_train cuda-async: predicted {} vs real {real_reserved} ({:.2}%)", s.peak_reserved, err * 100.0);
+    assert!(err <= 0.03, "predicted {} vs real {real_reserved}", s.peak_reserved);
+    assert_eq!(s.peak_allocated, stat(&real, "allocated_bytes.all.peak"));
+}
+
+/// Known gaps, asserted so that a change in either direction is seen: the driver fragments
+/// more than best fit on these two (docs/cuda-policies.md, "What is not modelled").
+#[test]
+fn held_out_two_streams_and_llama_cuda_async_known_gaps() {
+    let ts = replay(&repo("traces/two_streams__default.pickle.xz"), "cuda-async", None);
+    let real = stat(&repo("traces/cuda/two_streams__async.json"), "reserved_bytes.all.peak");
+    let err = rel_err(ts.peak_reserved, real);
+    eprintln!("two_streams cuda-async: predicted {} vs real {real} ({:.2}%)", ts.peak_reserved, err * 100.0);
+    assert!(ts.peak_reserved < real && err <= 0.06, "two_streams: {} vs {real}", ts.peak_reserved);
+    assert_eq!(ts.peak_allocated, stat(&repo("traces/cuda/two_streams__async.json"), "allocated_bytes.all.peak"));
+
+    let ll = replay(&repo("traces/cuda/llama_generate__default.pickle.xz"), "cuda-async", None);
+    let real = stat(&repo("traces/cuda/llama_generate__async.json"), "reserved_bytes.all.peak");
+    let err = rel_err(ll.peak_reserved, real);
+    eprintln!("llama_generate cuda-async: predicted {} vs real {real} ({:.2}%)", ll.peak_reserved, err * 100.0);
+    assert!(ll.peak_reserved < real && err <= 0.16, "llama_generate: {} vs {real}", ll.peak_reserved);
+}
+
+#[test]
+fn cuda_malloc_matches_the_gpu_replays_to_the_byte() {
+    let g = replay(&shared("gpt2_train__default.pickle.xz"), "cuda-malloc", None);
+    assert_eq!(g.peak_reserved, measured_malloc_peak("gpt2_train"));
+    // One cudaMalloc per non-empty request and one cudaFree per free.
+    assert_eq!(g.num_device_alloc, g.num_device_free + 3, "gpt2_train ends with 3 live tensors (active.all.current)");
+    let t = replay(&repo("traces/two_streams__default.pickle.xz"), "cuda-malloc", None);
+    assert_eq!(t.peak_reserved, measured_malloc_peak("two_streams"));
+}
+
+#[test]
+fn side_by_side_on_gpt2_shows_what_caching_buys() {
+    let path = shared("gpt2_train__default.pickle.xz");
+    let cached = replay(&path, "pytorch", None);
+    let plain = replay(&path, "cuda-malloc", None);
+    let pool = replay(&path, "cuda-async", None);
+    // The caching allocator made 159 cudaMallocs in the real run (num_device_alloc).
+    assert_eq!(cached.num_device_alloc, stat(&shared("gpt2_train__default.json"), "num_device_alloc"));
+    assert!(plain.num_device_alloc > 100 * cached.num_device_alloc);
+    assert!(pool.num_device_alloc < plain.num_device_alloc / 10);
+    assert!(pool.peak_reserved < cached.peak_reserved);
+}
+
+#[test]
+fn managed_under_a_cap_migrates_instead_of_failing() {
+    let path = shared("gpt2_train__default.pickle.xz");
+    let free_run = replay(&path, "managed", None);
+    assert_eq!(free_run.pages_migrated, 0, "fits on the 140 GiB device");
+    assert_eq!(free_run.num_ooms, 0);
+    // Half the pages the run needs: no OOM, pages migrate, residency stays under the cap.
+    let cap = free_run.peak_reserved / 2;
+    let capped = replay(&path, "managed", Some(cap));
+    assert_eq!(capped.num_ooms, 0);
+    assert!(capped.peak_reserved <= cap);
+    assert!(capped.pages_migrated > 0);
+    assert_eq!(capped.bytes_migrated, capped.pages_migrated * (2 << 20));
+    // The same cap under cudaMalloc fails.
+    assert!(replay(&path, "cuda-malloc", Some(cap)).num_ooms > 0);
+}
+
+#[test]
+fn specs_build_and_bad_options_are_named() {
+    let t = load(&repo("traces/two_streams__default.pickle.xz"), &ImportOptions::default()).unwrap();
+    let ctx = PolicyContext { metadata: &t.metadata, device: t.metadata.device(0), capacity: None };
+    for spec in ["cuda-async", "cuda-async:release_threshold=0", "cuda-malloc", "managed", "managed:touch_on_free=false"] {
+        assert!(build(spec, &ctx).is_ok(), "{spec}");
+    }
+    let e = build("cuda-async:threshold=1", &ctx).err().unwrap().to_string();
+    assert!(e.contains("valid options: release_threshold="), "{e}");
+    let e = build("cuda-malloc:x=1", &ctx).err().unwrap().to_string();
+    assert!(e.contains("takes no options"), "{e}");
+}
