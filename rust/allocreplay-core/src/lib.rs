@@ -6,7 +6,10 @@ pub mod error;
 pub mod import;
 pub mod offline;
 pub mod policy;
+pub mod replay;
 pub mod trace;
+pub mod units;
+pub mod validate;
 
 pub use error::{Error, Result};
 pub use trace::{Action, Trace, TraceMetadata};
