@@ -8,7 +8,7 @@
 """
 
 from allocreplay import errors
-from allocreplay._api import ReplayResult, Trace, load, parse_capacity, replay
+from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay
 from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, __version__
 from allocreplay.errors import (
     AllocReplayError,
@@ -30,6 +30,8 @@ __all__ = [
     "ReplayResult",
     "load",
     "replay",
+    "plan",
+    "offline",
     "parse_capacity",
     "errors",
     "AllocReplayError",

@@ -349,48 +349,56 @@ fn align_up(x: i64, a: i64) -> i64 {
     }
 }
 
-/// The placed chunks, queried by time overlap (`BufferIntervalTree`): a segment tree over all
-/// intervals sorted by start, each leaf holding the end of the interval once placed (or -1).
+/// The placed chunks, queried by time overlap (`BufferIntervalTree`): all intervals sorted by
+/// start into slots; each slot holds its end once placed (-1 before) and its chunk. Slots are
+/// grouped in blocks of `BLOCK`, and a segment tree over the blocks holds each block's largest
+/// placed end, so a query visits only blocks holding a placed interval that overlaps, and
+/// scans those linearly.
 struct PlacedTree {
-    /// Interval index → leaf.
-    leaf_of: Vec<u32>,
-    /// Leaf → (start, end, offset, size) of the interval.
+    /// Interval index → slot.
+    slot_of: Vec<u32>,
+    /// Slot → start of its interval (sorted).
     starts: Vec<i64>,
+    /// Slot → end of its interval.
     ends: Vec<i64>,
+    /// Slot → end if placed, else -1.
+    placed_end: Vec<i64>,
     chunk: Vec<(i64, i64)>,
-    /// Max placed end per node (-1: none placed below).
+    /// Segment tree over blocks: max placed end (-1: none placed below).
     max_end: Vec<i64>,
-    size: usize,
+    blocks: usize,
 }
+
+const BLOCK: usize = 32;
 
 impl PlacedTree {
     fn new(iv: &[BufferInterval]) -> Self {
         let n = iv.len();
         let mut by_start: Vec<u32> = (0..n as u32).collect();
         by_start.sort_unstable_by_key(|&i| iv[i as usize].start);
-        let mut leaf_of = vec![0u32; n];
+        let mut slot_of = vec![0u32; n];
         let mut starts = Vec::with_capacity(n);
         let mut ends = Vec::with_capacity(n);
-        for (leaf, &i) in by_start.iter().enumerate() {
-            leaf_of[i as usize] = leaf as u32;
+        for (slot, &i) in by_start.iter().enumerate() {
+            slot_of[i as usize] = slot as u32;
             starts.push(iv[i as usize].start);
             ends.push(iv[i as usize].end);
         }
-        let size = n.next_power_of_two().max(1);
-        PlacedTree { leaf_of, starts, ends, chunk: vec![(0, 0); n], max_end: vec![-1; 2 * size], size }
+        let blocks = n.div_ceil(BLOCK).next_power_of_two().max(1);
+        PlacedTree { slot_of, starts, ends, placed_end: vec![-1; n], chunk: vec![(0, 0); n], max_end: vec![-1; 2 * blocks], blocks }
     }
 
     fn clear(&mut self) {
         self.max_end.iter_mut().for_each(|e| *e = -1);
+        self.placed_end.iter_mut().for_each(|e| *e = -1);
     }
 
     fn add(&mut self, interval: usize, offset: i64, size: i64) {
-        let leaf = self.leaf_of[interval] as usize;
-        self.chunk[leaf] = (offset, size);
-        let mut node = leaf + self.size;
-        let end = self.ends[leaf];
-        self.max_end[node] = end;
-        node /= 2;
+        let slot = self.slot_of[interval] as usize;
+        self.chunk[slot] = (offset, size);
+        let end = self.ends[slot];
+        self.placed_end[slot] = end;
+        let mut node = slot / BLOCK + self.blocks;
         while node >= 1 && self.max_end[node] < end {
             self.max_end[node] = end;
             node /= 2;
@@ -400,25 +408,32 @@ impl PlacedTree {
     /// Appends the chunks of placed intervals with `start' <= end && end' >= start`
     /// (`ApplyToNodesOverlappingInTime`, inclusive ends).
     fn overlapping(&self, start: i64, end: i64, out: &mut Vec<(i64, i64)>) {
-        // Leaves [0, hi) have start' <= end.
+        // Slots [0, hi) have start' <= end.
         let hi = self.starts.partition_point(|&s| s <= end);
         if hi == 0 || self.max_end[1] < start {
             return;
         }
-        // Iterative DFS over nodes covering [0, hi).
+        let hi_block = (hi - 1) / BLOCK; // last block holding a candidate
+        // Iterative DFS over the block tree: (node, first block, width in blocks).
         let mut stack: [(u32, u32, u32); 64] = [(0, 0, 0); 64];
         let mut sp = 0usize;
-        stack[sp] = (1, 0, self.size as u32);
+        stack[sp] = (1, 0, self.blocks as u32);
         sp += 1;
         while sp > 0 {
             sp -= 1;
             let (node, lo, width) = stack[sp];
             let node = node as usize;
-            if self.max_end[node] < start || lo as usize >= hi {
+            if self.max_end[node] < start || lo as usize > hi_block {
                 continue;
             }
             if width == 1 {
-                out.push(self.chunk[lo as usize]);
+                let a = lo as usize * BLOCK;
+                let b = (a + BLOCK).min(hi);
+                for slot in a..b {
+                    if self.placed_end[slot] >= start {
+                        out.push(self.chunk[slot]);
+                    }
+                }
                 continue;
             }
             let half = width / 2;
