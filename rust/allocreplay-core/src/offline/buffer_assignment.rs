@@ -496,12 +496,9 @@ mod tests {
 
     #[test]
     fn combine_temp_allocations_with_thread_locals_after_the_temps() {
-        // Pre-combine list: [live-out 8? no: sizes desc → T2(16), T3(16), live-out(8)], heap,
-        // thread-local. Hoare partition: T2 swaps with the thread-local (last), T3 with the
-        // live-out... worked out: first temp T2 ↔ TL; then T3 (next temp from the left) ↔
-        // live-out 8 (next non-temp from the right). Run: [T3?]. Order after: [TL, 8, H? ...]
-        // Positions: [T2, T3, L8, H, TL] → swap(0,4): [TL, T3, L8, H, T2]; first=1: T3 temp;
-        // last=3: H temp, last=2: L8 non-temp → swap(1,2): [TL, L8, T3, H, T2]. Run = T3, H, T2.
+        // Pre-combine list (size desc): [T2(16), T3(16), L8 (live-out 8)], heap H, thread-local
+        // TL. Hoare partition: swap(T2, TL) → [TL, T3, L8, H, T2]; from the left T3, from the
+        // right (H is a temp) L8: swap → [TL, L8, T3, H, T2]. Run = T3, H, T2.
         // Heap: 3000 @0, 1000 @3072 (aligned) → 4072. Combined: T3 @0 (16), H @256 (4072),
         // T2 @ RoundUp(256+4072, 256) = 4352 → size 4368.
         let p = program(true);

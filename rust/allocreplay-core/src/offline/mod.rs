@@ -119,11 +119,10 @@ mod tests {
 
     #[test]
     fn ideal_and_offline_on_a_hand_made_trace() {
-        // 1000 B (→1024 at 512 alignment) live throughout; 600 (→1024) freed, then 1500
-        // (→1536). Live bytes: 1024, 2048, 1024, 2560 → ideal 2560. Offline plan: the 1536
-        // buffer overlaps only the 1000-byte one; spatial places 1536 @0, 1024(long) @1536,
-        // 1024(short) @1536? No: it overlaps the long one (@1536) → @0 (1536 ended? no, they
-        // don't overlap in time) → heap 2560.
+        // 1000 B (→1024 at 512 alignment) live to the end; 600 (→1024) allocated and freed;
+        // then 1500 (→1536). Live bytes: 1024, 2048, 1024, 2560 → ideal 2560. Intervals:
+        // A 1024 [0,4], B 1024 [1,2], C 1536 [3,5]. kSpatial: C @0; A overlaps C → @1536;
+        // B overlaps only A → the gap [0,1536) → @0. Heap 2560 = ideal.
         let t = trace(&[
             (Action::Alloc, 0, 1000),
             (Action::Alloc, 1, 600),
@@ -139,9 +138,8 @@ mod tests {
 
     #[test]
     fn fragmentation_shows_as_offline_above_ideal() {
-        // A(256) [0..5], B(256) [1..2], C(256) [3..5], D(512) after B ends and while A, C live:
-        // live at D: A + C + D = 1024 = ideal. Any plan must put A, B, C, D... best fit gives
-        // A@0, then D (largest) — checked only as ideal <= offline.
+        // A 256, B 256 (freed), C 256, D 512: live bytes peak at A + C + D = 1024 = ideal;
+        // a plan can only be as good or worse.
         let t = trace(&[
             (Action::Alloc, 0, 256),
             (Action::Alloc, 1, 256),
