@@ -14,6 +14,12 @@ use crate::error::{Error, Result};
 
 const AFTER_OPT: &str = "_after_optimizations";
 
+/// `(logical buffer id, offset, size)` of an allocation's assigned values, before ids are
+/// resolved.
+type RawAssigned = Vec<(u64, i64, i64)>;
+/// Live ranges in schedule steps by `instr{index}` name.
+pub type LiveRanges = HashMap<String, (i64, i64)>;
+
 /// Where a program's buffer assignment was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AssignmentSource {
@@ -225,7 +231,7 @@ pub fn parse_hlo_proto(path: &Path, data: &[u8]) -> Result<XlaProgram> {
         None => (HashMap::new(), HashMap::new()),
     };
     let mut values: Vec<XlaValue> = Vec::new();
-    let mut raw_allocs: Vec<(XlaAllocation, Vec<(u64, i64, i64)>)> = Vec::new();
+    let mut raw_allocs: Vec<(XlaAllocation, RawAssigned)> = Vec::new();
     let mut raw_traces: Vec<Vec<(HeapEventKind, u64, u64)>> = Vec::new();
     for f in protowire::fields(ba) {
         let (n, v) = f.map_err(&err)?;
@@ -331,7 +337,7 @@ fn parse_logical_buffer(b: &[u8], positions: &HashMap<i64, i64>, names: &HashMap
     Ok(XlaValue { id, name: format!("{instr_name}{{{}}}", idx.join(",")), size, color, position, live: None, is_tuple_shape: false })
 }
 
-fn parse_allocation(b: &[u8]) -> Result<(XlaAllocation, Vec<(u64, i64, i64)>), String> {
+fn parse_allocation(b: &[u8]) -> Result<(XlaAllocation, RawAssigned), String> {
     let mut a = XlaAllocation::default();
     let mut assigned = Vec::new();
     for f in protowire::fields(b) {
@@ -606,7 +612,7 @@ pub fn parse_buffer_assignment_text(path: &Path, text: &str) -> Result<XlaProgra
 
 /// Parses `-live-range.txt` (`HloLiveRange::ToString`): the last schedule step and each
 /// value's `[start, end]` (inclusive).
-pub fn parse_live_range_text(path: &Path, text: &str) -> Result<(i64, HashMap<String, (i64, i64)>)> {
+pub fn parse_live_range_text(path: &Path, text: &str) -> Result<(i64, LiveRanges)> {
     let mut end = None;
     let mut ranges = HashMap::new();
     let mut in_ranges = false;

@@ -133,7 +133,9 @@ pub fn heap_builder(p: &XlaProgram, events: &[crate::import::xla::HeapEvent]) ->
 pub fn plan_temps(p: &XlaProgram) -> TempPlan {
     let alignment = p.alignment();
     let mut heaps = Vec::new();
-    let mut heap_chunks: Vec<(i64, i64, Vec<(u32, i64, i64)>)> = Vec::new(); // (color, size, [(value, off, size)])
+    // Per heap: (color, heap size, [(value, offset, chunk size)]).
+    type HeapChunks = (i64, i64, Vec<(u32, i64, i64)>);
+    let mut heap_chunks: Vec<HeapChunks> = Vec::new();
     let mut in_heap = vec![false; p.values.len()];
     let mut lower = 0i64;
     for events in &p.heap_traces {
