@@ -8,7 +8,7 @@
 """
 
 from allocreplay import errors
-from allocreplay._api import ReplayResult, Trace, load, parse_capacity, replay, validate
+from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate
 from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, __version__
 from allocreplay.errors import (
     AllocReplayError,
@@ -31,6 +31,8 @@ __all__ = [
     "load",
     "replay",
     "validate",
+    "plan",
+    "offline",
     "parse_capacity",
     "errors",
     "AllocReplayError",

@@ -166,3 +166,27 @@ def validate(trace: Trace | str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(trace, Trace):
         trace = load(trace)
     return json.loads(_core.validate_json(trace._inner))
+
+_PLAN_SCHEMA = {
+    "program": pl.String,
+    "recorded_temp_bytes": pl.Int64,
+    "planned_temp_bytes": pl.Int64,
+    "lower_bound_bytes": pl.Int64,
+    "argument_bytes": pl.Int64,
+    "output_bytes": pl.Int64,
+}
+
+
+def plan(dump_dir: str | os.PathLike[str]) -> pl.DataFrame:
+    """XLA's buffer assignment of every program in an XLA dump directory (``--xla_dump_to``):
+    one row per program with the recorded preallocated-temp size, ours (XLA's heap planner
+    replayed), the max-live lower bound, and the argument and output bytes."""
+    rows = json.loads(_core.plan_json(os.fspath(dump_dir)))
+    return pl.DataFrame(rows, schema=_PLAN_SCHEMA, orient="row") if rows else pl.DataFrame(schema=_PLAN_SCHEMA)
+
+
+def offline(trace: Trace, alignment: int | None = None) -> pl.DataFrame:
+    """The ``ideal`` (max live bytes) and ``offline`` (XLA's best-fit plan knowing every
+    lifetime) peaks of each device of ``trace``; sizes rounded to ``alignment`` (default 512
+    bytes for PyTorch traces, 256 otherwise)."""
+    return pl.DataFrame(json.loads(_core.offline_json(trace._inner, alignment or 0)))

@@ -1,4 +1,4 @@
-"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``.
+"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``, ``plan``.
 
 Every error — a bad file, a bad option — is one line on stderr, ``error: <file>: <what is
 wrong>``, and exit code 2; never a traceback.
@@ -14,6 +14,8 @@ import click
 
 from allocreplay import _core
 from allocreplay._api import Trace, load, replay as _replay, validate as _validate
+
+from allocreplay._api import Trace, load, plan as _plan, replay as _replay
 from allocreplay.errors import AllocReplayError
 
 EXIT_ERROR = 2
@@ -220,6 +222,24 @@ def _print_validation(r: dict[str, Any]) -> None:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"  {k:<{width}}  {v}")
+
+@cli.command("plan")
+@click.argument("dump_dir")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per program.")
+def plan_cmd(dump_dir: str, as_json: bool) -> None:
+    """XLA's buffer assignment of each program in DUMP_DIR (XLA_FLAGS=--xla_dump_to=DUMP_DIR
+    --xla_dump_hlo_as_proto): the recorded preallocated-temp size, ours (XLA's heap planner
+    replayed from the dump), the max-live lower bound, arguments and outputs."""
+    plans = _plan(dump_dir)
+    if as_json:
+        click.echo(json.dumps(plans.to_dicts()))
+        return
+    header = ["program", "recorded temp", "planned temp", "lower bound", "arguments", "outputs"]
+    rows = [
+        [r["program"], _gib(r["recorded_temp_bytes"]), _gib(r["planned_temp_bytes"]), _gib(r["lower_bound_bytes"]), _gib(r["argument_bytes"]), _gib(r["output_bytes"])]
+        for r in plans.iter_rows(named=True)
+    ]
+    click.echo(_table(rows, header))
 
 
 def main() -> None:

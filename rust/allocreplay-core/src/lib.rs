@@ -4,6 +4,7 @@
 pub mod engine;
 pub mod error;
 pub mod import;
+pub mod offline;
 pub mod policy;
 pub mod replay;
 pub mod trace;

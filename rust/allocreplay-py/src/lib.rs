@@ -158,6 +158,25 @@ fn format_bytes(n: u64) -> String {
     units::format_bytes(n)
 }
 
+/// `allocreplay plan DUMP_DIR`: every program of an XLA dump, as a JSON list of objects.
+#[pyfunction]
+fn plan_json(py: Python<'_>, path: PathBuf) -> PyResult<String> {
+    let plans = py.detach(move || allocreplay_core::offline::buffer_assignment::plan_dump(&path)).map_err(|e| to_py(py, e))?;
+    Ok(serde_json::to_string(&plans).expect("plans serialize"))
+}
+
+/// The `ideal` and `offline` bounds of every device of `trace` (alignment 0: the source's
+/// default), as a JSON list of objects.
+#[pyfunction]
+#[pyo3(signature = (trace, alignment=0))]
+fn offline_json(py: Python<'_>, trace: &PyTrace, alignment: u64) -> PyResult<String> {
+    let t = trace.inner.clone();
+    let results = py
+        .detach(move || t.devices().into_iter().map(|d| allocreplay_core::offline::plan_trace(&t, d, alignment)).collect::<Result<Vec<_>, _>>())
+        .map_err(|e| to_py(py, e))?;
+    Ok(serde_json::to_string(&results).expect("results serialize"))
+}
+
 /// Replays every device of `trace` under every policy spec.
 #[pyfunction]
 #[pyo3(signature = (trace, policies, capacity=None, timeline_points=2000, placements=true))]
@@ -207,6 +226,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validate_json, m)?)?;
     m.add_function(wrap_pyfunction!(parse_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(format_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_json, m)?)?;
+    m.add_function(wrap_pyfunction!(offline_json, m)?)?;
     m.add("POLICY_NAMES", allocreplay_core::policy::spec::POLICY_NAMES.to_vec())?;
     m.add("FORMAT_VERSION", allocreplay_core::trace::FORMAT_VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

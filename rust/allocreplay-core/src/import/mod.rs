@@ -3,7 +3,9 @@
 
 pub mod compression;
 pub mod pickle;
+pub mod protowire;
 pub mod pytorch;
+pub mod xla;
 
 use std::path::{Path, PathBuf};
 
@@ -32,10 +34,9 @@ pub enum SourceKind {
 /// Loads a trace from an `.arrow` file or any supported raw source.
 pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
     if path.is_dir() {
-        return Err(Error::UnknownFormat {
-            path: path.to_path_buf(),
-            message: "is a directory; expected a trace file (.arrow, a PyTorch snapshot pickle)".into(),
-        });
+        // An XLA dump directory (--xla_dump_to): the temps of every compiled program.
+        let programs = xla::load_dump(path)?;
+        return crate::offline::buffer_assignment::programs_trace(&programs, path);
     }
     let raw = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     if raw.is_empty() {
