@@ -65,7 +65,9 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
             let explicit = req.capacity.map(|c| c.resolve(info)).transpose()?;
             let device_limit = explicit.or_else(|| info.and_then(|i| i.total_memory));
             let ctx = PolicyContext { metadata: &trace.metadata, device: info, capacity: explicit };
-            factory(spec, &ctx)?;
+            if offline_alignment(spec)?.is_none() {
+                factory(spec, &ctx)?;
+            }
             jobs.push((spec.clone(), d, explicit, device_limit));
         }
     }
@@ -82,6 +84,11 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some((spec, d, explicit, limit)) = jobs.get(i) else { break };
         let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(*d), capacity: *explicit };
+        if let Ok(Some(alignment)) = offline_alignment(spec) {
+            let run = offline_run(trace, spec, *d, alignment, *limit);
+            results.lock().unwrap()[i] = Some(run);
+            continue;
+        }
         let run = factory(spec, &ctx).map(|mut p| {
             let opts = ReplayOptions {
                 capacity: *limit,
@@ -104,6 +111,59 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
         });
     }
     results.into_inner().unwrap().into_iter().map(|r| r.expect("every job ran")).collect()
+}
+
+/// `ideal` / `offline` (optionally `:alignment=N`): the offline bounds of
+/// [`crate::offline::plan_trace`], which see every lifetime first and so are not online
+/// policies. `None` for any other spec.
+fn offline_alignment(spec: &str) -> Result<Option<u64>> {
+    let (name, options) = policy::spec::split_spec(spec);
+    if name != "ideal" && name != "offline" {
+        return Ok(None);
+    }
+    if options.is_empty() {
+        return Ok(Some(0));
+    }
+    match options.split_once('=') {
+        Some(("alignment", v)) => v
+            .trim()
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| Error::PolicySpec(format!("{spec}: alignment expects a number of bytes, got '{v}'"))),
+        _ => Err(Error::PolicySpec(format!("{spec}: unknown option '{options}'; valid options: alignment=BYTES"))),
+    }
+}
+
+/// A summary-only run of an offline bound: `peak_reserved` is the bound itself (`ideal`: max
+/// live bytes; `offline`: XLA's best-fit heap), `peak_allocated` the live-bytes peak.
+fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity: Option<u64>) -> Result<Run> {
+    let r = crate::offline::plan_trace(trace, device, alignment)?;
+    let (name, _) = policy::spec::split_spec(spec);
+    let peak = if name == "ideal" { r.ideal_peak_bytes } else { r.offline_peak_bytes };
+    let c = trace.columns();
+    let events = (0..trace.num_events()).filter(|&i| c.device[i] == device && c.action[i] <= 2).count();
+    let stats = crate::engine::stats::Stats {
+        peak_allocated: r.ideal_peak_bytes,
+        peak_reserved: peak,
+        num_ooms: u64::from(capacity.is_some_and(|cap| peak > cap)),
+        ..Default::default()
+    };
+    Ok(Run {
+        spec: spec.to_string(),
+        capacity,
+        replay: DeviceReplay {
+            policy: spec.to_string(),
+            device,
+            stats,
+            events,
+            first_oom: None,
+            replay_seconds: r.plan_seconds,
+            timeline: Vec::new(),
+            segments: Vec::new(),
+            placements: Vec::new(),
+            device_events: Vec::new(),
+        },
+    })
 }
 
 fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>) -> RecordBatch {

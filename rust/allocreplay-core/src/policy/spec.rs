@@ -21,7 +21,7 @@ impl PolicyContext<'_> {
 }
 
 /// The policy names `build` knows, for error messages and `--help`.
-pub const POLICY_NAMES: &[&str] = &["pytorch", "cuda-async", "cuda-malloc", "managed"];
+pub const POLICY_NAMES: &[&str] = &["pytorch", "cuda-async", "cuda-malloc", "managed", "ideal", "offline"];
 
 /// Splits `NAME:OPTIONS` at the first colon.
 pub fn split_spec(spec: &str) -> (&str, &str) {
