@@ -7,6 +7,7 @@ wrong>``, and exit code 2; never a traceback.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Sequence
 
@@ -140,16 +141,26 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy and device.")
 @click.option("-o", "--output", "out", metavar="RESULT.arrow", help="Also write the summary table as an Arrow IPC file.")
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
-def replay_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, out: str | None, meta: str | None) -> None:
+@click.option("--plot", "plot_path", metavar="FILE.png", help="Also draw the memory timeline of every policy (needs matplotlib).")
+def replay_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, out: str | None, meta: str | None, plot_path: str | None) -> None:
     """Replay TRACE under allocator policies and report peak memory and OOMs."""
     specs = list(policies) or ["pytorch"]
     if capacity is not None:
         _core.parse_capacity(capacity)  # reject a bad size before loading the trace
+    if plot_path:
+        from allocreplay.plot import _pyplot
+
+        _pyplot()  # say now, not after the replay, that matplotlib is missing
     t = _load(trace, meta)
     result = _replay(t, specs, capacity, placements=False)
     summary = result.summary
     if out:
         summary.write_ipc(out)
+    if plot_path:
+        from allocreplay.plot import plot_timeline
+
+        plot_timeline(result, plot_path, title=os.path.basename(trace))
+        click.echo(f"timeline written to {plot_path}", err=True)
     if as_json:
         click.echo(json.dumps(summary.to_dicts()))
         return
