@@ -5,7 +5,10 @@ pub mod engine;
 pub mod error;
 pub mod import;
 pub mod policy;
+pub mod replay;
 pub mod trace;
+pub mod units;
+pub mod validate;
 
 pub use error::{Error, Result};
 pub use trace::{Action, Trace, TraceMetadata};

@@ -60,6 +60,15 @@ impl DeviceMemory {
         self.hints.extend(hints);
     }
 
+    /// Takes the next recorded address offered for this request, if any.
+    pub fn take_hint(&mut self) -> Option<(u64, u64)> {
+        if self.hints.is_empty() {
+            None
+        } else {
+            Some(self.hints.remove(0))
+        }
+    }
+
     pub fn clear_hints(&mut self) {
         self.hints.clear();
         self.request_hint = None;

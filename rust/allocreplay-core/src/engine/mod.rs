@@ -81,6 +81,7 @@ pub struct DeviceReplay {
 pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: &ReplayOptions) -> DeviceReplay {
     let start = Instant::now();
     let c = trace.columns();
+    let chunk_col = trace.optional_u64("chunk_bytes");
     let n = trace.num_events();
     let mut dev = DeviceMemory::new(opts.capacity);
     if opts.device_events {
@@ -108,7 +109,8 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
                 events += 1;
                 let id = c.alloc_id[i];
                 let recorded_addr = c.addr.is_valid(i).then(|| c.addr.value(i));
-                let req = Request { event: i, id, size: c.size[i], stream: c.stream[i], pool: c.pool[i], recorded_addr };
+                let recorded_chunk = chunk_col.filter(|col| col.is_valid(i)).map(|col| col.value(i));
+                let req = Request { event: i, id, size: c.size[i], stream: c.stream[i], pool: c.pool[i], recorded_addr, recorded_chunk };
                 if opts.recorded_addresses {
                     dev.set_hints(pending_hints.drain(..));
                     dev.request_hint = recorded_addr;

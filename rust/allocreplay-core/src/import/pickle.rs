@@ -40,6 +40,7 @@ impl fmt::Display for PickleError {
     }
 }
 
+#[derive(Debug)]
 pub struct Pickle<'a> {
     data: &'a [u8],
     /// Byte ranges of strings and bytes objects in `data` (strings are checked to be UTF-8
@@ -360,7 +361,9 @@ impl<'a> Parser<'a> {
         if data.is_empty() {
             return Err(corrupt("file is empty".into()));
         }
-        if data[0] != 0x80 && !matches!(data[0], b'(' | b'}' | b']' | b'd' | b'l') {
+        // Protocol 2+ starts with PROTO; protocols 0/1 start with whatever opcode builds the
+        // first object (a MARK, an empty container, a GLOBAL, a literal).
+        if data[0] != 0x80 && !matches!(data[0], b'(' | b'}' | b']' | b')' | b'd' | b'l' | b'c' | b'i' | b'N' | b'I' | b'L' | b'F' | b'G' | b'J' | b'K' | b'M') {
             return Err(corrupt(format!(
                 "not a pickle (starts with bytes {:02x?})",
                 &data[..data.len().min(4)]

@@ -101,6 +101,8 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
     let mut next_id: u64 = 0;
     let mut devices_seen = Vec::new();
     let mut seeded = false;
+    // (row, block size) of seed allocations whose block size the history reveals.
+    let mut chunks: Vec<(usize, u64)> = Vec::new();
     for (dev, &entries) in traces.iter().enumerate() {
         let dev = dev as i32;
         let entries = p.list(entries).ok_or_else(|| bad(format!("device_traces[{dev}] is not a list")))?;
@@ -110,7 +112,7 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
         }
         devices_seen.push(dev);
         let parsed = parse_entries(&p, entries, dev, path)?;
-        seeded |= import_device(&p, &parsed, entries, &dev_finals, dev, &mut out, &mut frames, &mut next_id);
+        seeded |= import_device(&p, &parsed, entries, &dev_finals, dev, &mut out, &mut frames, &mut next_id, &mut chunks);
     }
     // Devices in the segments with no history at all.
     for s in &finals {
@@ -153,6 +155,14 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
         capture.remove("memory_stats");
         capture.remove("memory_stats_per_device");
         metadata.extra.insert("capture".into(), serde_json::Value::Object(capture));
+    }
+    if !chunks.is_empty() {
+        let mut col = vec![None; out.len()];
+        for (row, c) in chunks {
+            col[row] = Some(c);
+        }
+        let field = crate::trace::schema::optional_field("chunk_bytes").expect("known column");
+        out.add_column(field, std::sync::Arc::new(arrow_array::UInt64Array::from(col)));
     }
     out.finish(metadata, frames.finish())
 }
@@ -199,6 +209,7 @@ fn import_device(
     out: &mut TraceBuilder,
     frames: &mut FrameInterner,
     next_id: &mut u64,
+    chunks: &mut Vec<(usize, u64)>,
 ) -> bool {
     // --- Walk back from the final state to the state before the first recorded entry.
     // Live blocks: addr -> (requested size, stream, pending free).
@@ -299,7 +310,11 @@ fn import_device(
     let mut id_at: HashMap<u64, u64> = HashMap::new();
     let mut seeds: Vec<(u64, u64, i64, bool)> = live.iter().map(|(&a, &(s, st, pend))| (a, s, st, pend)).collect();
     seeds.sort_unstable();
-    for &(addr, size, stream, pending) in &seeds {
+    let seed_chunk = infer_seed_chunks(&seeds, &segs, parsed);
+    for (k, &(addr, size, stream, pending)) in seeds.iter().enumerate() {
+        if let Some(c) = seed_chunk[k] {
+            chunks.push((out.len(), c));
+        }
         let id = *next_id;
         *next_id += 1;
         id_at.insert(addr, id);
@@ -380,4 +395,59 @@ fn stack_of(p: &Pickle, entry: Value, frames: &mut FrameInterner) -> Option<u32>
         })
         .collect();
     Some(frames.stack(ids))
+}
+
+/// The block size of allocations live before a truncated history began, where the history
+/// shows it: best fit always places an allocation at the front of a free block, so the first
+/// recorded allocation landing between a seed allocation and the next live block (before the
+/// seed is freed) marks where the seed's block ended. Without this, an unsplit tail
+/// (`should_split` keeps remainders <= 1 MiB with the allocation) would look like free space.
+fn infer_seed_chunks(
+    seeds: &[(u64, u64, i64, bool)],
+    segs: &BTreeMap<u64, (u64, i64, u32)>,
+    parsed: &[Entry],
+) -> Vec<Option<u64>> {
+    let n = seeds.len();
+    let mut out = vec![None; n];
+    if n == 0 {
+        return out;
+    }
+    // Region of each seed: up to the next seed in the same segment, or the segment's end.
+    let limit: Vec<u64> = (0..n)
+        .map(|k| {
+            let a = seeds[k].0;
+            let seg_end = segs.range(..=a).next_back().map(|(&s, &(sz, _, _))| s + sz).filter(|&e| e > a);
+            let next = seeds.get(k + 1).map(|s| s.0);
+            match (seg_end, next) {
+                (Some(e), Some(nx)) => e.min(nx),
+                (Some(e), None) => e,
+                (None, Some(nx)) => nx,
+                (None, None) => u64::MAX,
+            }
+        })
+        .collect();
+    let mut closed = vec![false; n];
+    for e in parsed {
+        let a = e.addr;
+        let k = match seeds.binary_search_by_key(&a, |s| s.0) {
+            Ok(k) => {
+                if matches!(e.action, Action::FreeCompleted) {
+                    closed[k] = true;
+                }
+                continue;
+            }
+            Err(0) => continue,
+            Err(k) => k - 1,
+        };
+        if closed[k] || a >= limit[k] {
+            continue;
+        }
+        if matches!(e.action, Action::Alloc) {
+            if a >= seeds[k].0 + seeds[k].1 {
+                out[k] = Some(a - seeds[k].0);
+            }
+            closed[k] = true;
+        }
+    }
+    out
 }

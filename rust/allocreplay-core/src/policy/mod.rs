@@ -3,6 +3,7 @@
 //! would: rounding, which cached block serves a request, when to get or return device memory.
 
 pub mod pytorch;
+pub mod pytorch_config;
 pub mod spec;
 
 pub use spec::{build, PolicyContext};
@@ -25,6 +26,9 @@ pub struct Request {
     pub pool: u32,
     /// The address the recorded run returned, when known (used by `validate`).
     pub recorded_addr: Option<u64>,
+    /// The block / chunk size the recorded run gave it, when the trace knows it
+    /// (`chunk_bytes`: BFC's allocation_bytes, seeds of a truncated PyTorch history).
+    pub recorded_chunk: Option<u64>,
 }
 
 /// Where a request was placed.

@@ -1,0 +1,3 @@
+from allocreplay.cli import main
+
+main()

@@ -1,0 +1,154 @@
+"""The Python API: :func:`load` a trace, look at its events, :func:`replay` it under policies.
+
+The heavy lifting is in Rust (``allocreplay._core``); tables come across through the Arrow C
+stream interface, so Polars and pyarrow take the Rust buffers without copying them through
+Python objects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Sequence
+
+import polars as pl
+
+from allocreplay import _core
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+
+class Trace:
+    """An allocation trace: one row per event (see ``traces/README.md`` for every column).
+
+    Get one with :func:`load`. ``events`` is a Polars DataFrame, ``metadata`` a dict,
+    ``to_arrow()`` a pyarrow Table (schema metadata included), ``save(path)`` writes ``.arrow``.
+    """
+
+    __slots__ = ("_inner", "__dict__")
+
+    def __init__(self, inner: _core.Trace) -> None:
+        self._inner = inner
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        return self._inner.__arrow_c_stream__(requested_schema)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __repr__(self) -> str:
+        md = self.metadata
+        return f"<allocreplay.Trace {md.get('source')} from {md.get('source_path')!r}: {len(self)} events>"
+
+    @cached_property
+    def events(self) -> pl.DataFrame:
+        """The events as a Polars DataFrame (zero-copy from the Rust record batch)."""
+        return pl.DataFrame(self._inner)
+
+    @cached_property
+    def metadata(self) -> dict[str, Any]:
+        """Trace-level metadata: format_version, source, devices, pools, allocator_settings..."""
+        return json.loads(self._inner.metadata_json())
+
+    @cached_property
+    def frames(self) -> dict[str, Any]:
+        """Stack frames: ``filename``/``line``/``name`` per frame, ``stacks`` (frame ids,
+        innermost first) indexed by the ``stack_id`` column."""
+        return json.loads(self._inner.frames_json())
+
+    def info(self) -> dict[str, Any]:
+        """The numbers ``allocreplay info --json`` prints (counts, recorded peaks, duration)."""
+        return json.loads(self._inner.info_json())
+
+    def to_arrow(self) -> pa.Table:
+        """The events as a pyarrow Table, with the trace's schema metadata."""
+        import pyarrow as pa
+
+        return pa.RecordBatchReader.from_stream(self._inner).read_all()
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Writes the trace as an Arrow IPC file (``.arrow``), readable by :func:`load`."""
+        self._inner.save(os.fspath(path))
+
+
+def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = None) -> Trace:
+    """Loads a trace: an ``.arrow`` file, or a raw capture whose format is detected from its
+    bytes (a PyTorch memory snapshot pickle, optionally gzip/xz/zstd compressed).
+
+    ``meta``: the capture's metadata JSON (total device memory, memory cap); by default
+    ``NAME.json`` beside ``NAME.pickle.xz`` is used when present.
+    """
+    return Trace(_core.load(os.fspath(path), None if meta is None else os.fspath(meta)))
+
+
+class ReplayResult:
+    """What a replay produced, as Polars DataFrames built in Rust.
+
+    - ``summary``: one row per policy and device (peaks, device allocations, retries, OOMs...).
+    - ``timeline``: allocated/reserved bytes over the events, downsampled.
+    - ``segments``: the segments each policy holds at the end.
+    - ``placements``: where each request was placed.
+    """
+
+    __slots__ = ("_inner", "__dict__")
+
+    def __init__(self, inner: _core.ReplayResult) -> None:
+        self._inner = inner
+
+    @cached_property
+    def summary(self) -> pl.DataFrame:
+        return pl.DataFrame(self._inner.summary)
+
+    @cached_property
+    def timeline(self) -> pl.DataFrame:
+        return pl.DataFrame(self._inner.timeline)
+
+    @cached_property
+    def segments(self) -> pl.DataFrame:
+        return pl.DataFrame(self._inner.segments)
+
+    @cached_property
+    def placements(self) -> pl.DataFrame:
+        return pl.DataFrame(self._inner.placements)
+
+    def __repr__(self) -> str:
+        return f"<allocreplay.ReplayResult\n{self.summary}>"
+
+
+def _capacity_arg(capacity: str | int | float | None) -> str | None:
+    if capacity is None:
+        return None
+    if isinstance(capacity, bool):
+        raise _core.InvalidArgumentError(f"capacity {capacity!r}: expected bytes, a size string or a fraction")
+    if isinstance(capacity, float):
+        return repr(capacity) if "." in repr(capacity) else f"{capacity:.6f}"
+    return str(capacity)
+
+
+def replay(
+    trace: Trace | str | os.PathLike[str],
+    policies: str | Sequence[str] = ("pytorch",),
+    capacity: str | int | float | None = None,
+    *,
+    timeline_points: int = 2000,
+    placements: bool = True,
+) -> ReplayResult:
+    """Replays every device of ``trace`` under each policy spec (``"pytorch"``,
+    ``"pytorch:expandable_segments:True"``...).
+
+    ``capacity``: bytes (int), a size (``"80GiB"``, ``"16GB"``) or a fraction of the device's
+    recorded memory (``0.5``); default: the device's total memory when the trace records it.
+    """
+    if not isinstance(trace, Trace):
+        trace = load(trace)
+    specs = [policies] if isinstance(policies, str) else list(policies)
+    inner = _core.replay(trace._inner, specs, _capacity_arg(capacity), timeline_points, placements)
+    return ReplayResult(inner)
+
+
+def parse_capacity(text: str) -> int | float:
+    """``"80GiB"`` → 85899345920 (bytes, int); ``"0.5"`` → 0.5 (a fraction of device memory)."""
+    return _core.parse_capacity(text)

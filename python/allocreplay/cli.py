@@ -1,0 +1,176 @@
+"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``.
+
+Every error — a bad file, a bad option — is one line on stderr, ``error: <file>: <what is
+wrong>``, and exit code 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Sequence
+
+import click
+
+from allocreplay import _core
+from allocreplay._api import Trace, load, replay as _replay
+from allocreplay.errors import AllocReplayError
+
+EXIT_ERROR = 2
+
+
+def _fail(message: str) -> None:
+    # One line, whatever the message holds.
+    click.echo("error: " + " ".join(str(message).split()), err=True)
+
+
+class _Cli(click.Group):
+    """A group whose errors are single lines with exit code 2."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:  # type: ignore[override]
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as e:
+            click.echo(e.ctx.get_help() if e.ctx else str(e))
+            rv = 0
+        except click.ClickException as e:
+            _fail(e.format_message())
+            rv = EXIT_ERROR
+        except click.exceptions.Abort:
+            _fail("aborted")
+            rv = EXIT_ERROR
+        except AllocReplayError as e:
+            _fail(str(e))
+            rv = EXIT_ERROR
+        except BrokenPipeError:
+            rv = 0
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_core.__version__, prog_name="allocreplay")
+def cli() -> None:
+    """Replay GPU memory allocation traces under allocator policies: what would the peak
+    memory be, would it run out of memory?
+
+    TRACE arguments take an .arrow trace or a raw capture (a PyTorch memory snapshot pickle,
+    optionally .gz/.xz/.zst compressed); the format is detected from the file's bytes.
+    """
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else _core.format_bytes(n)
+
+
+def _load(path: str, meta: str | None) -> Trace:
+    return load(path, meta=meta)
+
+
+@cli.command("import")
+@click.argument("src")
+@click.option("-o", "--output", "out", required=True, metavar="OUT.arrow", help="Where to write the trace (Arrow IPC).")
+@click.option("--meta", metavar="JSON", help="Capture metadata (total memory, memory cap); default: NAME.json beside NAME.pickle.xz.")
+def import_cmd(src: str, out: str, meta: str | None) -> None:
+    """Import a raw capture SRC into the canonical .arrow trace format."""
+    trace = _load(src, meta)
+    trace.save(out)
+    info = trace.info()
+    click.echo(f"{out}: {info['events']:,} events ({info['allocs']:,} allocs, {info['frees']:,} frees) from {src}", err=True)
+
+
+def _device_line(md: dict[str, Any], index: int) -> str:
+    for d in md.get("devices", []):
+        if d.get("index") == index:
+            parts = [p for p in (d.get("name"), d.get("total_memory") and _gib(d["total_memory"])) if p]
+            if d.get("memory_cap"):
+                parts.append(f"cap {_gib(d['memory_cap'])}")
+            return f"{index} ({', '.join(parts)})" if parts else str(index)
+    return str(index)
+
+
+@cli.command("info")
+@click.argument("trace")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
+def info_cmd(trace: str, as_json: bool, meta: str | None) -> None:
+    """Counts and recorded peaks of a TRACE."""
+    t = _load(trace, meta)
+    info = t.info()
+    if as_json:
+        click.echo(json.dumps(info))
+        return
+    md = t.metadata
+    source = " ".join(p for p in (info["source"], info.get("source_version")) if p)
+    rows = [
+        ("trace", trace),
+        ("source", f"{source} (format version {info['format_version']})"),
+        ("devices", "; ".join(_device_line(md, d) for d in info["devices"]) or "-"),
+        ("events", f"{info['events']:,}"),
+        ("allocs / frees", f"{info['allocs']:,} / {info['frees']:,} (free requests {info['free_requests']:,})"),
+        ("segment events", f"{info['segment_events']:,}"),
+        ("OOMs recorded", f"{info['ooms']:,}"),
+        ("streams / pools", f"{info['streams']} / {info['pools']}"),
+    ]
+    if md.get("seeded"):
+        rows.append(("seeded", f"history truncated: {info['seed_allocs']:,} live allocations and {info['seed_segments']:,} segments from the final state"))
+    rows += [
+        ("peak live requested", _gib(info["peak_live_requested_bytes"])),
+        ("recorded peak reserved", _gib(info["recorded_peak_reserved_bytes"]) if info["recorded_peak_reserved_bytes"] is not None else "- (no segments recorded)"),
+        ("duration", "-" if info["duration_s"] is None else f"{info['duration_s']:.3f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        click.echo(f"{k:<{width}}  {v}")
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)])
+
+
+@cli.command("replay")
+@click.argument("trace")
+@click.option("-p", "--policy", "policies", multiple=True, metavar="SPEC", help=f"Policy to replay under, NAME[:OPTIONS] (repeatable; default pytorch). Known: {', '.join(_core.POLICY_NAMES)}.")
+@click.option("-c", "--capacity", metavar="SIZE", help="Device memory available: bytes, a size (80GiB, 81920MiB, 16GB) or a fraction of the trace's device memory (0.5). Default: the recorded device's total memory.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy and device.")
+@click.option("-o", "--output", "out", metavar="RESULT.arrow", help="Also write the summary table as an Arrow IPC file.")
+@click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
+def replay_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, out: str | None, meta: str | None) -> None:
+    """Replay TRACE under allocator policies and report peak memory and OOMs."""
+    specs = list(policies) or ["pytorch"]
+    if capacity is not None:
+        _core.parse_capacity(capacity)  # reject a bad size before loading the trace
+    t = _load(trace, meta)
+    result = _replay(t, specs, capacity, placements=False)
+    summary = result.summary
+    if out:
+        summary.write_ipc(out)
+    if as_json:
+        click.echo(json.dumps(summary.to_dicts()))
+        return
+    info = t.info()
+    recorded = info["recorded_peak_reserved_bytes"]
+    click.echo(f"{trace}: {info['events']:,} events on device(s) {', '.join(map(str, info['devices']))}" + (f"; the recorded run's peak reserved: {_gib(recorded)}" if recorded is not None else ""))
+    header = ["policy", "device", "peak allocated", "peak reserved", "device allocs", "retries", "OOMs", "first OOM at event", "seconds"]
+    rows = [
+        [
+            r["policy"],
+            str(r["device"]),
+            _gib(r["peak_allocated_bytes"]),
+            _gib(r["peak_reserved_bytes"]),
+            f"{r['num_device_alloc']:,}",
+            f"{r['num_alloc_retries']:,}",
+            f"{r['num_ooms']:,}",
+            "-" if r["first_oom_event"] is None else f"{r['first_oom_event']:,}",
+            f"{r['replay_seconds']:.3f}",
+        ]
+        for r in summary.iter_rows(named=True)
+    ]
+    click.echo(_table(rows, header))
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,299 @@
+//! `PYTORCH_CUDA_ALLOC_CONF` for the caching allocator: parsing mirrors
+//! `c10/core/AllocatorConfig.cpp` / `c10/cuda/CUDAAllocatorConfig.cpp`
+//! (`parseArgs`, `parseMaxSplitSize`, `parseRoundUpPower2Divisions`, ...).
+
+use crate::error::{Error, Result};
+
+pub const MB: u64 = 1024 * 1024;
+/// `kLargeBuffer`: "large" allocations may be packed in 20 MiB blocks.
+pub const K_LARGE_BUFFER: u64 = 20 * MB;
+/// `kRoundUpPowerOfTwoIntervals`: one division setting per power of two from 1 MiB up.
+pub const ROUNDUP_INTERVALS: usize = 16;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PytorchConfig {
+    /// `max_split_size_mb` in bytes; `u64::MAX` = unlimited (the default).
+    pub max_split_size: u64,
+    /// `max_non_split_rounding_mb` in bytes (default kLargeBuffer).
+    pub max_non_split_rounding: u64,
+    /// `roundup_power2_divisions`, per interval [2^(20+i), 2^(21+i)).
+    pub roundup_power2_divisions: [u64; ROUNDUP_INTERVALS],
+    /// `garbage_collection_threshold` (0 = off).
+    pub garbage_collection_threshold: f64,
+    pub expandable_segments: bool,
+    /// Large-pool segment / expandable page size (kLargeBuffer unless `large_segment_size_mb`).
+    pub large_segment_size: u64,
+}
+
+impl Default for PytorchConfig {
+    fn default() -> Self {
+        PytorchConfig {
+            max_split_size: u64::MAX,
+            max_non_split_rounding: K_LARGE_BUFFER,
+            roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
+            garbage_collection_threshold: 0.0,
+            expandable_segments: false,
+            large_segment_size: K_LARGE_BUFFER,
+        }
+    }
+}
+
+/// Options `pytorch:` accepts, for error messages.
+pub const VALID_OPTIONS: &[&str] = &[
+    "max_split_size_mb",
+    "max_non_split_rounding_mb",
+    "roundup_power2_divisions",
+    "garbage_collection_threshold",
+    "expandable_segments",
+    "large_segment_size_mb",
+    "release_lock_on_cudamalloc",
+    "pinned_use_cuda_host_register",
+    "pinned_num_register_threads",
+    "pinned_use_background_threads",
+    "graph_capture_record_stream_reuse",
+    "backend",
+];
+
+fn spec_err(msg: String) -> Error {
+    Error::PolicySpec(msg)
+}
+
+/// Splits `a:1,b:[x:1,y:2],c:True` at top-level commas.
+fn split_top_level(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, ch) in s.char_indices() {
+        match ch {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out.into_iter().map(str::trim).filter(|t| !t.is_empty()).collect()
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool> {
+    match v {
+        "True" | "true" | "1" => Ok(true),
+        "False" | "false" | "0" => Ok(false),
+        _ => Err(spec_err(format!("{key} expects True or False, got '{v}'"))),
+    }
+}
+
+fn parse_u64(key: &str, v: &str) -> Result<u64> {
+    v.trim().parse::<u64>().map_err(|_| spec_err(format!("{key} expects a non-negative integer, got '{v}'")))
+}
+
+impl PytorchConfig {
+    /// Parses `PYTORCH_CUDA_ALLOC_CONF` syntax (`key:value,...`). Unknown keys are an error
+    /// listing the valid ones.
+    pub fn parse(conf: &str) -> Result<Self> {
+        let mut c = PytorchConfig::default();
+        for item in split_top_level(conf) {
+            let (key, value) = match item.find(':') {
+                Some(i) => (item[..i].trim(), item[i + 1..].trim()),
+                None => return Err(spec_err(format!("option '{item}' has no value (expected key:value, e.g. expandable_segments:True)"))),
+            };
+            match key {
+                // CUDAAllocatorConfig::parseMaxSplitSize: must be > kLargeBuffer / MB.
+                "max_split_size_mb" => {
+                    let mb = parse_u64(key, value)?;
+                    if mb <= K_LARGE_BUFFER / MB {
+                        return Err(spec_err(format!("max_split_size_mb too small ({mb}), must be > {}", K_LARGE_BUFFER / MB)));
+                    }
+                    c.max_split_size = mb.min(u64::MAX / MB) * MB;
+                }
+                "max_non_split_rounding_mb" => {
+                    let mb = parse_u64(key, value)?;
+                    if mb <= K_LARGE_BUFFER / MB {
+                        return Err(spec_err(format!("max_non_split_rounding_mb too small ({mb}), must be > {}", K_LARGE_BUFFER / MB)));
+                    }
+                    c.max_non_split_rounding = mb * MB;
+                }
+                "large_segment_size_mb" => {
+                    let mb = parse_u64(key, value)?;
+                    if mb <= 10 {
+                        return Err(spec_err(format!("large_segment_size_mb must be > 10, got {mb}")));
+                    }
+                    c.large_segment_size = mb * MB;
+                }
+                "garbage_collection_threshold" => {
+                    let t: f64 = value.parse().map_err(|_| spec_err(format!("garbage_collection_threshold expects a number, got '{value}'")))?;
+                    if !(t > 0.0 && t < 1.0) {
+                        return Err(spec_err(format!("garbage_collection_threshold must be in (0.0, 1.0), got {value}")));
+                    }
+                    c.garbage_collection_threshold = t;
+                }
+                "expandable_segments" => c.expandable_segments = parse_bool(key, value)?,
+                "roundup_power2_divisions" => c.roundup_power2_divisions = parse_divisions(value)?,
+                "backend" => match value {
+                    "native" => {}
+                    "cudaMallocAsync" => return Err(spec_err("backend:cudaMallocAsync replaces the caching allocator: use the policy `cuda-async` instead".into())),
+                    _ => return Err(spec_err(format!("backend must be native or cudaMallocAsync, got '{value}'"))),
+                },
+                // Accepted, no effect on device memory decisions.
+                "release_lock_on_cudamalloc" | "pinned_use_cuda_host_register" | "pinned_use_background_threads"
+                | "graph_capture_record_stream_reuse" => {
+                    parse_bool(key, value)?;
+                }
+                "pinned_num_register_threads" => {
+                    parse_u64(key, value)?;
+                }
+                _ => {
+                    return Err(spec_err(format!(
+                        "unknown PYTORCH_CUDA_ALLOC_CONF option '{key}'; valid options: {}",
+                        VALID_OPTIONS.join(", ")
+                    )))
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// The settings a snapshot recorded (`allocator_settings`): the parsed fields, not the
+    /// string, so defaults changed by `_set_allocator_settings` are honoured too.
+    pub fn from_recorded(settings: &serde_json::Value) -> Result<Self> {
+        let mut c = PytorchConfig::default();
+        let Some(obj) = settings.as_object() else {
+            return Err(spec_err("pytorch:recorded: the trace recorded no allocator_settings (not a PyTorch snapshot?)".into()));
+        };
+        if let Some(m) = obj.get("max_split_size").and_then(|v| v.as_i64()) {
+            if m > 0 {
+                c.max_split_size = m as u64;
+            }
+        }
+        if let Some(m) = obj.get("max_non_split_rounding_size").and_then(|v| v.as_i64()) {
+            if m > 0 {
+                c.max_non_split_rounding = m as u64;
+            }
+        }
+        if let Some(t) = obj.get("garbage_collection_threshold").and_then(|v| v.as_f64()) {
+            c.garbage_collection_threshold = t;
+        }
+        if let Some(e) = obj.get("expandable_segments").and_then(|v| v.as_bool()) {
+            c.expandable_segments = e;
+        }
+        if let Some(d) = obj.get("roundup_power2_divisions").and_then(|v| v.as_object()) {
+            // Keyed by the interval's lower bound in MiB: "1", "2", ..., "32768".
+            for (k, v) in d {
+                if let (Ok(mb), Some(div)) = (k.parse::<u64>(), v.as_u64()) {
+                    if mb.is_power_of_two() {
+                        let i = (mb.trailing_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
+                        c.roundup_power2_divisions[i] = div;
+                    }
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// `CUDAAllocatorConfig::roundup_power2_divisions(size)`.
+    #[inline]
+    pub fn divisions_for(&self, size: u64) -> u64 {
+        let log_size = 63 - size.leading_zeros() as usize;
+        let interval_start = 20; // log2(1 MiB)
+        let index = log_size.saturating_sub(interval_start).min(ROUNDUP_INTERVALS - 1);
+        self.roundup_power2_divisions[index]
+    }
+}
+
+/// `parseRoundUpPower2Divisions`: either one power of two for every interval, or
+/// `[256:1,512:2,>:8]` — keys are interval lower bounds in MiB (powers of two), `>` sets every
+/// interval above the last one named; the first entry also covers the intervals below it.
+fn parse_divisions(v: &str) -> Result<[u64; ROUNDUP_INTERVALS]> {
+    let mut d = [0u64; ROUNDUP_INTERVALS];
+    let v = v.trim();
+    let check_pow2 = |x: u64, what: &str| -> Result<()> {
+        if x.is_power_of_two() {
+            Ok(())
+        } else {
+            Err(spec_err(format!("roundup_power2_divisions: {what} must be a power of 2, got {x}")))
+        }
+    };
+    if let Some(inner) = v.strip_prefix('[') {
+        let inner = inner.strip_suffix(']').ok_or_else(|| spec_err(format!("roundup_power2_divisions: missing ']' in '{v}'")))?;
+        let mut last_index: Option<usize> = None;
+        for item in inner.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, val) = item.split_once(':').ok_or_else(|| spec_err(format!("roundup_power2_divisions: expected size:divisions, got '{item}'")))?;
+            let val = parse_u64("roundup_power2_divisions", val)?;
+            check_pow2(val, "divisions")?;
+            if k.trim() == ">" {
+                let from = last_index.map_or(0, |i| i + 1);
+                for x in d.iter_mut().skip(from) {
+                    *x = val;
+                }
+            } else {
+                let mb = parse_u64("roundup_power2_divisions", k)?;
+                check_pow2(mb, "interval")?;
+                let index = (mb.trailing_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
+                if last_index.is_none() {
+                    for x in d.iter_mut().take(index) {
+                        *x = val;
+                    }
+                }
+                d[index] = val;
+                last_index = Some(index);
+            }
+        }
+    } else {
+        let val = parse_u64("roundup_power2_divisions", v)?;
+        check_pow2(val, "divisions")?;
+        d = [val; ROUNDUP_INTERVALS];
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_common_settings() {
+        let c = PytorchConfig::parse("expandable_segments:True,max_split_size_mb:128").unwrap();
+        assert!(c.expandable_segments);
+        assert_eq!(c.max_split_size, 128 * MB);
+        let c = PytorchConfig::parse("roundup_power2_divisions:4").unwrap();
+        assert_eq!(c.roundup_power2_divisions, [4; 16]);
+        let c = PytorchConfig::parse("garbage_collection_threshold:0.6").unwrap();
+        assert_eq!(c.garbage_collection_threshold, 0.6);
+        assert_eq!(PytorchConfig::parse("").unwrap(), PytorchConfig::default());
+    }
+
+    #[test]
+    fn bracket_divisions_follow_parse_round_up_power2_divisions() {
+        let c = PytorchConfig::parse("roundup_power2_divisions:[256:1,512:2,>:8]").unwrap();
+        // 256 MiB is interval 8, 512 MiB interval 9; the first entry also covers 0..8.
+        assert_eq!(&c.roundup_power2_divisions[..8], &[1; 8]);
+        assert_eq!(c.roundup_power2_divisions[8], 1);
+        assert_eq!(c.roundup_power2_divisions[9], 2);
+        assert_eq!(&c.roundup_power2_divisions[10..], &[8; 6]);
+        assert_eq!(c.divisions_for(600 * MB), 2);
+        assert_eq!(c.divisions_for(100), 1);
+    }
+
+    #[test]
+    fn errors_name_the_problem_and_list_valid_options() {
+        let e = PytorchConfig::parse("max_split_mb:128").unwrap_err().to_string();
+        assert!(e.contains("unknown") && e.contains("max_split_size_mb"), "{e}");
+        assert!(PytorchConfig::parse("max_split_size_mb:10").is_err());
+        assert!(PytorchConfig::parse("expandable_segments:yes").is_err());
+        assert!(PytorchConfig::parse("roundup_power2_divisions:3").is_err());
+        assert!(PytorchConfig::parse("backend:cudaMallocAsync").unwrap_err().to_string().contains("cuda-async"));
+    }
+
+    #[test]
+    fn recorded_settings_of_a_real_snapshot() {
+        // allocator_settings of ../shared/traces/pytorch/gpt2_train__pow2div4 (torch 2.11).
+        let s = serde_json::json!({"PYTORCH_CUDA_ALLOC_CONF": "roundup_power2_divisions:4", "max_split_size": -1,
+            "garbage_collection_threshold": 0.0, "expandable_segments": false,
+            "roundup_power2_divisions": {"1": 4, "2": 4, "4": 4, "8": 4, "16": 4, "32": 4, "64": 4, "128": 4, "256": 4,
+            "512": 4, "1024": 4, "2048": 4, "4096": 4, "8192": 4, "16384": 4, "32768": 4}});
+        let c = PytorchConfig::from_recorded(&s).unwrap();
+        assert_eq!(c, PytorchConfig::parse("roundup_power2_divisions:4").unwrap());
+    }
+}

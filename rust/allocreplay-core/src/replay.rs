@@ -1,0 +1,416 @@
+//! `allocreplay replay`: every device of a trace under every requested policy, and the results
+//! as Arrow record batches (summary, timeline, segments, placements) for the Python layer.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::builder::{Float64Builder, Int32Builder, Int64Builder, StringBuilder, UInt32Builder, UInt64Builder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema};
+
+use crate::engine::{replay_device, DeviceReplay, ReplayOptions};
+use crate::error::{Error, Result};
+use crate::policy::{self, Policy, PolicyContext};
+use crate::trace::Trace;
+use crate::units::Capacity;
+
+/// What to replay and what to keep.
+#[derive(Debug, Clone)]
+pub struct ReplayRequest {
+    /// Policy specification strings (`pytorch`, `pytorch:expandable_segments:True`, ...).
+    pub policies: Vec<String>,
+    /// `--capacity`; `None`: the device's total memory when the trace records it, else
+    /// unlimited.
+    pub capacity: Option<Capacity>,
+    /// Timeline points kept per (policy, device), each the maximum of its bucket; 0 keeps all.
+    pub timeline_points: usize,
+    pub placements: bool,
+    /// Worker threads (0: as many as the machine has cores).
+    pub threads: usize,
+}
+
+impl Default for ReplayRequest {
+    fn default() -> Self {
+        ReplayRequest { policies: vec!["pytorch".into()], capacity: None, timeline_points: 2000, placements: true, threads: 0 }
+    }
+}
+
+/// One (policy, device) replay, with the capacity it ran under.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub spec: String,
+    pub capacity: Option<u64>,
+    pub replay: DeviceReplay,
+}
+
+/// Replays `trace` under every policy of `req` with the policies of the registry.
+pub fn replay(trace: &Trace, req: &ReplayRequest) -> Result<Vec<Run>> {
+    replay_with(trace, req, &|spec, ctx| policy::build(spec, ctx))
+}
+
+/// Builds a policy for one spec and device (the registry, or a test factory).
+pub type PolicyFactory = dyn Fn(&str, &PolicyContext) -> Result<Box<dyn Policy>> + Sync;
+
+pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) -> Result<Vec<Run>> {
+    if req.policies.is_empty() {
+        return Err(Error::InvalidArgument("no policy to replay".into()));
+    }
+    let devices = trace.devices();
+    // Resolve capacities and check every spec on every device before replaying anything, so a
+    // typo in the last --policy fails at once.
+    let mut jobs: Vec<(String, i32, Option<u64>, Option<u64>)> = Vec::new();
+    for spec in &req.policies {
+        for &d in &devices {
+            let info = trace.metadata.device(d);
+            let explicit = req.capacity.map(|c| c.resolve(info)).transpose()?;
+            let device_limit = explicit.or_else(|| info.and_then(|i| i.total_memory));
+            let ctx = PolicyContext { metadata: &trace.metadata, device: info, capacity: explicit };
+            factory(spec, &ctx)?;
+            jobs.push((spec.clone(), d, explicit, device_limit));
+        }
+    }
+    let threads = if req.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        req.threads
+    }
+    .min(jobs.len())
+    .max(1);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<Run>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some((spec, d, explicit, limit)) = jobs.get(i) else { break };
+        let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(*d), capacity: *explicit };
+        let run = factory(spec, &ctx).map(|mut p| {
+            let opts = ReplayOptions {
+                capacity: *limit,
+                recorded_addresses: false,
+                timeline: Some(req.timeline_points),
+                placements: req.placements,
+                device_events: false,
+            };
+            Run { spec: spec.clone(), capacity: *limit, replay: replay_device(trace, *d, p.as_mut(), &opts) }
+        });
+        results.lock().unwrap()[i] = Some(run);
+    };
+    if threads == 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(&work);
+            }
+        });
+    }
+    results.into_inner().unwrap().into_iter().map(|r| r.expect("every job ran")).collect()
+}
+
+fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>) -> RecordBatch {
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("columns match their fields")
+}
+
+/// One row per (policy, device).
+pub fn summary_batch(runs: &[Run]) -> RecordBatch {
+    let n = runs.len();
+    let mut policy = StringBuilder::new();
+    let mut device = Int32Builder::with_capacity(n);
+    let u = |f: &dyn Fn(&Run) -> Option<u64>| {
+        let mut b = UInt64Builder::with_capacity(n);
+        for r in runs {
+            b.append_option(f(r));
+        }
+        Arc::new(b.finish()) as ArrayRef
+    };
+    let cols_u64: Vec<(&str, ArrayRef)> = vec![
+        ("peak_allocated_bytes", u(&|r| Some(r.replay.stats.peak_allocated))),
+        ("peak_reserved_bytes", u(&|r| Some(r.replay.stats.peak_reserved))),
+        ("peak_requested_bytes", u(&|r| Some(r.replay.stats.peak_requested))),
+        ("num_device_alloc", u(&|r| Some(r.replay.stats.num_device_alloc))),
+        ("num_device_free", u(&|r| Some(r.replay.stats.num_device_free))),
+        ("num_alloc_retries", u(&|r| Some(r.replay.stats.num_alloc_retries))),
+        ("num_ooms", u(&|r| Some(r.replay.stats.num_ooms))),
+        ("first_oom_event", u(&|r| r.replay.first_oom.as_ref().map(|o| o.event as u64))),
+        ("first_oom_requested_bytes", u(&|r| r.replay.first_oom.as_ref().map(|o| o.requested))),
+        ("events", u(&|r| Some(r.replay.events as u64))),
+        ("final_allocated_bytes", u(&|r| Some(r.replay.stats.allocated))),
+        ("final_reserved_bytes", u(&|r| Some(r.replay.stats.reserved))),
+        ("capacity_bytes", u(&|r| r.capacity)),
+    ];
+    let mut secs = Float64Builder::with_capacity(n);
+    for r in runs {
+        policy.append_value(&r.replay.policy);
+        device.append_value(r.replay.device);
+        secs.append_value(r.replay.replay_seconds);
+    }
+    let mut fields = vec![Field::new("policy", DataType::Utf8, false), Field::new("device", DataType::Int32, false)];
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(policy.finish()), Arc::new(device.finish())];
+    for (name, col) in cols_u64 {
+        let nullable = col.null_count() > 0 || matches!(name, "first_oom_event" | "first_oom_requested_bytes" | "capacity_bytes");
+        fields.push(Field::new(name, DataType::UInt64, nullable));
+        columns.push(col);
+    }
+    fields.push(Field::new("replay_seconds", DataType::Float64, false));
+    columns.push(Arc::new(secs.finish()));
+    batch(fields, columns)
+}
+
+fn key_columns(runs: &[Run], count: impl Fn(&Run) -> usize) -> (Vec<Field>, Vec<ArrayRef>) {
+    let total: usize = runs.iter().map(&count).sum();
+    let mut policy = StringBuilder::with_capacity(total, total * 8);
+    let mut device = Int32Builder::with_capacity(total);
+    for r in runs {
+        for _ in 0..count(r) {
+            policy.append_value(&r.replay.policy);
+            device.append_value(r.replay.device);
+        }
+    }
+    (
+        vec![Field::new("policy", DataType::Utf8, false), Field::new("device", DataType::Int32, false)],
+        vec![Arc::new(policy.finish()), Arc::new(device.finish())],
+    )
+}
+
+/// Allocated and reserved bytes after each replayed event, downsampled (each point the
+/// maximum of its bucket, stamped with the bucket's last event).
+pub fn timeline_batch(runs: &[Run]) -> RecordBatch {
+    let (mut fields, mut columns) = key_columns(runs, |r| r.replay.timeline.len());
+    let (mut ev, mut t, mut a, mut res) = (UInt64Builder::new(), Int64Builder::new(), UInt64Builder::new(), UInt64Builder::new());
+    for p in runs.iter().flat_map(|r| &r.replay.timeline) {
+        ev.append_value(p.event as u64);
+        t.append_option(p.time_ns);
+        a.append_value(p.allocated);
+        res.append_value(p.reserved);
+    }
+    fields.extend([
+        Field::new("event", DataType::UInt64, false),
+        Field::new("time_ns", DataType::Int64, true),
+        Field::new("allocated_bytes", DataType::UInt64, false),
+        Field::new("reserved_bytes", DataType::UInt64, false),
+    ]);
+    columns.extend([Arc::new(ev.finish()) as ArrayRef, Arc::new(t.finish()), Arc::new(a.finish()), Arc::new(res.finish())]);
+    batch(fields, columns)
+}
+
+/// The segments each policy holds at the end of the replay.
+pub fn segments_batch(runs: &[Run]) -> RecordBatch {
+    let (mut fields, mut columns) = key_columns(runs, |r| r.replay.segments.len());
+    let (mut addr, mut size, mut stream, mut pool, mut kind, mut alloc, mut blocks) =
+        (UInt64Builder::new(), UInt64Builder::new(), Int64Builder::new(), UInt32Builder::new(), StringBuilder::new(), UInt64Builder::new(), UInt32Builder::new());
+    for s in runs.iter().flat_map(|r| &r.replay.segments) {
+        addr.append_value(s.addr);
+        size.append_value(s.size);
+        stream.append_value(s.stream);
+        pool.append_value(s.pool);
+        kind.append_value(s.kind);
+        alloc.append_value(s.allocated_bytes);
+        blocks.append_value(s.blocks);
+    }
+    fields.extend([
+        Field::new("addr", DataType::UInt64, false),
+        Field::new("size", DataType::UInt64, false),
+        Field::new("stream", DataType::Int64, false),
+        Field::new("pool", DataType::UInt32, false),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("allocated_bytes", DataType::UInt64, false),
+        Field::new("blocks", DataType::UInt32, false),
+    ]);
+    columns.extend([
+        Arc::new(addr.finish()) as ArrayRef,
+        Arc::new(size.finish()),
+        Arc::new(stream.finish()),
+        Arc::new(pool.finish()),
+        Arc::new(kind.finish()),
+        Arc::new(alloc.finish()),
+        Arc::new(blocks.finish()),
+    ]);
+    batch(fields, columns)
+}
+
+/// Where each request was placed (one row per served `alloc`).
+pub fn placements_batch(runs: &[Run]) -> RecordBatch {
+    let (mut fields, mut columns) = key_columns(runs, |r| r.replay.placements.len());
+    let total: usize = runs.iter().map(|r| r.replay.placements.len()).sum();
+    let (mut ev, mut id, mut addr, mut size, mut seg) = (
+        UInt64Builder::with_capacity(total),
+        UInt64Builder::with_capacity(total),
+        UInt64Builder::with_capacity(total),
+        UInt64Builder::with_capacity(total),
+        UInt64Builder::with_capacity(total),
+    );
+    for p in runs.iter().flat_map(|r| &r.replay.placements) {
+        ev.append_value(p.event as u64);
+        id.append_value(p.id);
+        addr.append_value(p.placement.addr);
+        size.append_value(p.placement.size);
+        seg.append_value(p.placement.segment);
+    }
+    fields.extend([
+        Field::new("event", DataType::UInt64, false),
+        Field::new("alloc_id", DataType::UInt64, false),
+        Field::new("addr", DataType::UInt64, false),
+        Field::new("size", DataType::UInt64, false),
+        Field::new("segment", DataType::UInt64, false),
+    ]);
+    columns.extend([Arc::new(ev.finish()) as ArrayRef, Arc::new(id.finish()), Arc::new(addr.finish()), Arc::new(size.finish()), Arc::new(seg.finish())]);
+    batch(fields, columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::device::DeviceMemory;
+    use crate::engine::stats::Stats;
+    use crate::policy::{OutOfMemory, Placement, Request, SegmentInfo};
+    use crate::trace::{Action, DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{UInt64Type, Int32Type};
+    use std::collections::HashMap;
+
+    /// A test-only policy: every request gets its own device allocation of the requested size
+    /// rounded up to 1 KiB, returned on free_completed. Simple enough to work out by hand.
+    struct OnePerRequest {
+        stats: Stats,
+        live: HashMap<u64, (u64, u64, u64)>,
+    }
+
+    impl Policy for OnePerRequest {
+        fn name(&self) -> String {
+            "one_per_request".into()
+        }
+        fn malloc(&mut self, req: &Request, dev: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+            let size = req.size.div_ceil(1024) * 1024;
+            let Some(addr) = dev.malloc(size) else {
+                self.stats.num_ooms += 1;
+                return Err(OutOfMemory { alloc_size: size });
+            };
+            self.stats.num_device_alloc += 1;
+            self.stats.add_reserved(size);
+            self.stats.add_allocated(size, req.size);
+            self.live.insert(req.id, (addr, size, req.size));
+            Ok(Placement { addr, size, segment: addr })
+        }
+        fn free_completed(&mut self, id: u64, dev: &mut DeviceMemory) {
+            let (addr, size, req) = self.live.remove(&id).unwrap();
+            dev.free(addr, size);
+            self.stats.num_device_free += 1;
+            self.stats.sub_reserved(size);
+            self.stats.sub_allocated(size, req);
+        }
+        fn stats(&self) -> &Stats {
+            &self.stats
+        }
+        fn segments(&self) -> Vec<SegmentInfo> {
+            let mut v: Vec<_> = self
+                .live
+                .values()
+                .map(|&(addr, size, _)| SegmentInfo { addr, size, stream: 0, pool: 0, kind: "test", allocated_bytes: size, blocks: 1 })
+                .collect();
+            v.sort_by_key(|s| s.addr);
+            v
+        }
+    }
+
+    fn factory(spec: &str, _ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
+        match spec {
+            "one_per_request" => Ok(Box::new(OnePerRequest { stats: Stats::default(), live: HashMap::new() })),
+            other => Err(Error::PolicySpec(format!("unknown policy '{other}'"))),
+        }
+    }
+
+    /// Device 0: alloc a=1000 B, alloc b=3000 B, free a, alloc c=5000 B (OOM under a 8 KiB cap:
+    /// 1 KiB + 3 KiB + 5 KiB > 8 KiB only while a is live... a is freed first, so 3 + 5 = 8 KiB
+    /// fits). Device 1: alloc 2048 B.
+    fn tiny_trace(total: Option<u64>) -> Trace {
+        let mut b = TraceBuilder::with_capacity(8);
+        let mut push = |action, id, size, device| {
+            let mut r = EventRow::new(action, size);
+            r.alloc_id = Some(id);
+            r.device = device;
+            b.push(&r);
+        };
+        push(Action::Alloc, 0, 1000, 0);
+        push(Action::Alloc, 1, 3000, 0);
+        push(Action::Alloc, 2, 2048, 1);
+        push(Action::FreeRequested, 0, 1000, 0);
+        push(Action::FreeCompleted, 0, 1000, 0);
+        push(Action::Alloc, 3, 5000, 0);
+        let mut md = TraceMetadata::new("test");
+        md.devices = vec![DeviceInfo { index: 0, total_memory: total, ..Default::default() }, DeviceInfo { index: 1, total_memory: total, ..Default::default() }];
+        b.finish(md, FrameTable::default()).unwrap()
+    }
+
+    fn col_u64(b: &RecordBatch, name: &str) -> Vec<Option<u64>> {
+        b.column_by_name(name).unwrap().as_primitive::<UInt64Type>().iter().collect()
+    }
+
+    #[test]
+    fn summary_rows_per_policy_and_device_worked_by_hand() {
+        let t = tiny_trace(None);
+        let req = ReplayRequest { policies: vec!["one_per_request".into()], threads: 2, ..Default::default() };
+        let runs = replay_with(&t, &req, &factory).unwrap();
+        let s = summary_batch(&runs);
+        assert_eq!(s.num_rows(), 2);
+        let dev: Vec<i32> = s.column_by_name("device").unwrap().as_primitive::<Int32Type>().values().to_vec();
+        assert_eq!(dev, vec![0, 1]);
+        // Device 0: 1 KiB + 3 KiB live, then 3 KiB + 5 KiB (=5120): peak 8192 reserved and
+        // allocated; requested peak max(1000+3000, 3000+5000) = 8000.
+        assert_eq!(col_u64(&s, "peak_reserved_bytes"), vec![Some(8192), Some(2048)]);
+        assert_eq!(col_u64(&s, "peak_allocated_bytes"), vec![Some(8192), Some(2048)]);
+        assert_eq!(col_u64(&s, "peak_requested_bytes"), vec![Some(8000), Some(2048)]);
+        assert_eq!(col_u64(&s, "num_device_alloc"), vec![Some(3), Some(1)]);
+        assert_eq!(col_u64(&s, "num_device_free"), vec![Some(1), Some(0)]);
+        assert_eq!(col_u64(&s, "first_oom_event"), vec![None, None]);
+        // Requests replayed on device 0: 3 allocs + free_requested + free_completed.
+        assert_eq!(col_u64(&s, "events"), vec![Some(5), Some(1)]);
+        assert_eq!(col_u64(&s, "capacity_bytes"), vec![None, None]);
+        let p = placements_batch(&runs);
+        assert_eq!(p.num_rows(), 4);
+        let seg = segments_batch(&runs);
+        // Live at the end: b and c on device 0, the 2 KiB one on device 1.
+        assert_eq!(col_u64(&seg, "size"), vec![Some(3072), Some(5120), Some(2048)]);
+        let tl = timeline_batch(&runs);
+        assert_eq!(tl.num_rows(), 6);
+        assert_eq!(col_u64(&tl, "reserved_bytes")[..5], [Some(1024), Some(4096), Some(4096), Some(3072), Some(8192)]);
+    }
+
+    #[test]
+    fn capacity_caps_the_device_and_reports_the_first_oom() {
+        // 6 KiB: the 5000-byte request (5 KiB on top of 3 KiB) does not fit: OOM at event 5.
+        let t = tiny_trace(None);
+        let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Bytes(6144)), ..Default::default() };
+        let runs = replay_with(&t, &req, &factory).unwrap();
+        let s = summary_batch(&runs);
+        assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(5), None]);
+        assert_eq!(col_u64(&s, "first_oom_requested_bytes"), vec![Some(5000), None]);
+        assert_eq!(col_u64(&s, "num_ooms"), vec![Some(1), Some(0)]);
+        assert_eq!(col_u64(&s, "capacity_bytes"), vec![Some(6144), Some(6144)]);
+        // A fraction of the recorded total memory: 0.5 of 12 KiB = 6 KiB, same result.
+        let t = tiny_trace(Some(12288));
+        let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Fraction(0.5)), ..Default::default() };
+        let s = summary_batch(&replay_with(&t, &req, &factory).unwrap());
+        assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(5), None]);
+        // Without --capacity the recorded total memory is the device's limit.
+        let t = tiny_trace(Some(4096));
+        let req = ReplayRequest { policies: vec!["one_per_request".into()], ..Default::default() };
+        let s = summary_batch(&replay_with(&t, &req, &factory).unwrap());
+        assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(5), None]);
+        // A fraction without a recorded total is an argument error, before any replay.
+        let t = tiny_trace(None);
+        let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Fraction(0.5)), ..Default::default() };
+        assert!(matches!(replay_with(&t, &req, &factory), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn unknown_policy_fails_before_replaying() {
+        let t = tiny_trace(None);
+        let req = ReplayRequest { policies: vec!["one_per_request".into(), "nope".into()], ..Default::default() };
+        assert!(matches!(replay_with(&t, &req, &factory), Err(Error::PolicySpec(m)) if m.contains("nope")));
+        // The registry lists the known names.
+        let req = ReplayRequest { policies: vec!["nope:x".into()], ..Default::default() };
+        match replay(&t, &req) {
+            Err(Error::PolicySpec(m)) => assert!(m.contains("nope") && m.contains("pytorch"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The PyTorch importer on the real captures in shared/traces/pytorch (see its README.md for the
+//! recorded values quoted here). A missing fixture fails the test.
+
+use std::path::PathBuf;
+
+use allocreplay_core::import::{load, ImportOptions};
+use allocreplay_core::trace::info::trace_info;
+use allocreplay_core::trace::{read_arrow, write_arrow};
+
+fn shared(name: &str) -> PathBuf {
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch")).join(name);
+    assert!(p.is_file(), "missing fixture {} (shared/ must sit beside the repository)", p.display());
+    p
+}
+
+#[test]
+fn ring20k_seeds_state_and_reaches_the_full_runs_peak_reserved() {
+    let t = load(&shared("gpt2_train__default_ring20k.pickle.xz"), &ImportOptions::default()).unwrap();
+    let info = trace_info(&t);
+    assert!(t.metadata.seeded);
+    assert!(info.seed_segments > 0 && info.seed_allocs > 0, "{info:?}");
+    // README table: 20000 trace entries (the ring buffer's size).
+    assert_eq!(info.events - info.seed_allocs - info.seed_segments - count_seed_free_requests(&t), 20000);
+    // gpt2_train__default_ring20k.json memory_stats["reserved_bytes.all.peak"] = 22733127680:
+    // the seeded state plus the recorded segment events reach the full run's peak.
+    assert_eq!(info.recorded_peak_reserved_bytes, Some(22_733_127_680));
+    // Sidecar .json found automatically: the H200's total memory.
+    assert_eq!(t.metadata.devices[0].total_memory, Some(150_109_880_320));
+}
+
+fn count_seed_free_requests(t: &allocreplay_core::Trace) -> usize {
+    let c = t.columns();
+    (0..t.num_events()).filter(|&i| c.seed.value(i) && c.action[i] == allocreplay_core::Action::FreeRequested as u8).count()
+}
+
+#[test]
+fn full_history_peak_reserved_matches_memory_stats() {
+    // gpt2_train__default.json / two_streams__default.json: reserved_bytes.all.peak.
+    for (name, peak) in [("gpt2_train__default.pickle.xz", 22_733_127_680u64), ("two_streams__default.pickle.xz", 3_011_510_272)] {
+        let t = load(&shared(name), &ImportOptions::default()).unwrap();
+        let info = trace_info(&t);
+        assert!(!t.metadata.seeded, "{name}");
+        assert_eq!(info.recorded_peak_reserved_bytes, Some(peak), "{name}");
+    }
+}
+
+#[test]
+fn arrow_round_trip_is_identical() {
+    let t = load(&shared("compiled_mlp__default.pickle.xz"), &ImportOptions::default()).unwrap();
+    let dir = std::env::temp_dir().join(format!("allocreplay-rt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("t.arrow");
+    write_arrow(&t, &out).unwrap();
+    let back = read_arrow(&out).unwrap();
+    assert!(t.same_as(&back));
+    // compiled_mlp uses a CUDA-graph private pool (segment_pool_id (0, 1)).
+    assert!(back.metadata.pools.iter().any(|p| p.id == vec![0, 1] && p.kind == "private"));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,55 @@
+//! Cross-config predictions: one run's requests replayed under another configuration must
+//! predict the peak reserved that a real run under that configuration recorded (its `.json`,
+//! `memory_stats()["reserved_bytes.all.peak"]`; table in ../shared/traces/README.md).
+
+use allocreplay_core::engine::{replay_device, ReplayOptions};
+use allocreplay_core::import::{load, ImportOptions};
+use allocreplay_core::policy::{build, PolicyContext};
+use std::path::PathBuf;
+
+fn shared(name: &str) -> PathBuf {
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch")).join(name);
+    assert!(p.exists(), "fixture missing: {}", p.display());
+    p
+}
+
+fn recorded_peak_reserved(run: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(shared(&format!("{run}.json"))).unwrap()).unwrap();
+    v["memory_stats"]["reserved_bytes.all.peak"].as_u64().unwrap()
+}
+
+fn predict(source: &str, spec: &str) -> u64 {
+    let t = load(&shared(&format!("{source}.pickle.xz")), &ImportOptions::default()).unwrap();
+    let ctx = PolicyContext { metadata: &t.metadata, device: t.metadata.device(0), capacity: None };
+    let mut p = build(spec, &ctx).unwrap();
+    replay_device(&t, 0, p.as_mut(), &ReplayOptions::default()).stats.peak_reserved
+}
+
+fn check(source: &str, spec: &str, run: &str, tolerance: f64) {
+    let predicted = predict(source, spec);
+    let real = recorded_peak_reserved(run);
+    let err = (predicted as f64 - real as f64).abs() / real as f64;
+    eprintln!("{source} under {spec}: predicted {predicted}, real {run} {real}, error {:.4}%", err * 100.0);
+    assert!(err <= tolerance, "{source} under {spec}: predicted {predicted} vs real {real} ({:.3}%)", err * 100.0);
+}
+
+#[test]
+fn gpt2_default_requests_predict_the_other_configs_within_2_percent() {
+    // gpt2_train's runs free a few tensors in a different order from index 850 on
+    // (findings.md), so these are close, not exact.
+    check("gpt2_train__default", "pytorch:expandable_segments:True", "gpt2_train__expandable", 0.02);
+    check("gpt2_train__default", "pytorch:max_split_size_mb:128", "gpt2_train__split128", 0.02);
+    check("gpt2_train__default", "pytorch:roundup_power2_divisions:4", "gpt2_train__pow2div4", 0.02);
+}
+
+#[test]
+fn two_streams_requests_predict_expandable_exactly() {
+    // Identical request streams across configs: the prediction must be exact.
+    check("two_streams__default", "pytorch:expandable_segments:True", "two_streams__expandable", 0.0);
+    check("two_streams__expandable", "pytorch", "two_streams__default", 0.0);
+}
+
+#[test]
+fn same_config_without_recorded_addresses_stays_close() {
+    check("gpt2_train__default", "pytorch", "gpt2_train__default", 0.005);
+}

@@ -1,0 +1,75 @@
+//! `validate` on the real PyTorch captures in ../shared/traces/pytorch (their ground truth is
+//! the README table there and each run's `.json`).
+
+use allocreplay_core::import::{load, ImportOptions};
+use allocreplay_core::validate::pytorch::validate_pytorch;
+use std::path::PathBuf;
+
+fn shared(name: &str) -> PathBuf {
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch")).join(name);
+    assert!(p.exists(), "fixture missing: {} (the shared traces must sit beside the repository)", p.display());
+    p
+}
+
+fn validate(name: &str) -> allocreplay_core::validate::pytorch::PytorchValidation {
+    let trace = load(&shared(&format!("{name}.pickle.xz")), &ImportOptions::default()).unwrap();
+    let dev = trace.devices()[0];
+    let v = validate_pytorch(&trace, dev).unwrap();
+    eprintln!("{name}: {}", serde_json::to_string(&v).unwrap());
+    v
+}
+
+fn assert_exact(name: &str) {
+    let v = validate(name);
+    assert_eq!(v.address_match, 1.0, "{name}: {v:?}");
+    assert!(v.segment_events_match, "{name}: {v:?}");
+    assert_eq!(v.peak_reserved_recorded, Some(v.peak_reserved_replayed), "{name}");
+    assert!(v.ok, "{name}: {v:?}");
+}
+
+#[test]
+fn gpt2_default_is_byte_exact() {
+    assert_exact("gpt2_train__default");
+}
+#[test]
+fn gpt2_split128_is_byte_exact() {
+    assert_exact("gpt2_train__split128");
+}
+#[test]
+fn gpt2_pow2div4_is_byte_exact() {
+    assert_exact("gpt2_train__pow2div4");
+}
+#[test]
+fn gpt2_expandable_is_byte_exact() {
+    assert_exact("gpt2_train__expandable");
+}
+#[test]
+fn two_streams_default_is_byte_exact() {
+    assert_exact("two_streams__default");
+}
+#[test]
+fn two_streams_expandable_is_byte_exact() {
+    assert_exact("two_streams__expandable");
+}
+#[test]
+fn compiled_mlp_private_pool_is_byte_exact() {
+    assert_exact("compiled_mlp__default");
+}
+#[test]
+fn ring20k_tail_validates_from_the_seed() {
+    assert_exact("gpt2_train__default_ring20k");
+}
+#[test]
+fn ddp_ranks_are_byte_exact() {
+    assert_exact("ddp2gpu__default_rank0");
+    assert_exact("ddp2gpu__default_rank1");
+}
+#[test]
+fn capped_runs_reproduce_retries_and_ooms() {
+    for name in ["gpt2_train__default_capped", "gpt2_train__expandable_capped", "gpt2_train__gc06_capped"] {
+        let v = validate(name);
+        assert_eq!(v.num_alloc_retries_recorded, Some(v.num_alloc_retries_replayed), "{name}");
+        assert_eq!(v.num_ooms_recorded, Some(v.num_ooms_replayed), "{name}");
+        assert!(v.ok, "{name}: {v:?}");
+    }
+}
