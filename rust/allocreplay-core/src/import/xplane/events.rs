@@ -103,6 +103,8 @@ pub struct ParsedCapture {
     pub gpus: HashMap<i32, GpuInfo>,
     /// Framework version from the `/host:metadata` plane.
     pub version: Option<String>,
+    /// `jax` or `tf`, when the capture says.
+    pub framework: Option<&'static str>,
     pub hostname: Option<String>,
     /// All events on the host plane (for the "no memory events" message).
     pub host_events: usize,
@@ -294,10 +296,13 @@ pub fn parse(path: &Path, data: Vec<u8>) -> Result<ParsedCapture> {
             out.gpus.insert(ordinal, GpuInfo { name, memory_size: plane_stat(&p, "memory_size").and_then(as_u64), compute_capability: cc });
         } else if head.name == "/host:metadata" {
             let p = XPlaneStats::decode(raw.clone()).map_err(|e| decode_error(path, "plane /host:metadata", e))?;
-            out.version = ["jax_version", "tf_version", "tensorflow_version"].iter().find_map(|k| match plane_stat(&p, k) {
-                Some(XStatValue::Str(s)) => Some(s.clone()),
-                _ => None,
-            });
+            for (key, framework) in [("jax_version", "jax"), ("tf_version", "tf"), ("tensorflow_version", "tf")] {
+                if let Some(XStatValue::Str(s)) = plane_stat(&p, key) {
+                    out.version = Some(s.clone());
+                    out.framework = Some(framework);
+                    break;
+                }
+            }
         }
         names.push(head.name);
     }
@@ -533,9 +538,9 @@ pub fn order_by_chain(events: &mut Vec<MemEvent>) -> OrderingReport {
 /// What was live when the window opened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Seeds {
-    /// Buffers the window frees without having allocated them: (address, chunk bytes), by
-    /// address.
-    pub live: Vec<(u64, u64)>,
+    /// Buffers the window frees without having allocated them: (address, requested bytes,
+    /// chunk bytes), by address.
+    pub live: Vec<(u64, u64, u64)>,
     /// In-use bytes at the start that no free in the window accounts for (buffers live
     /// throughout the window).
     pub unknown_bytes: u64,
@@ -546,7 +551,7 @@ pub struct Seeds {
 pub fn seeds(events: &[MemEvent]) -> Seeds {
     let mut live: HashSet<u64> = HashSet::with_capacity(1024);
     let mut allocated: HashSet<u64> = HashSet::with_capacity(1024);
-    let mut seeded: Vec<(u64, u64)> = Vec::new();
+    let mut seeded: Vec<(u64, u64, u64)> = Vec::new();
     let mut seen_free: HashSet<u64> = HashSet::new();
     for e in events {
         if e.alloc {
@@ -555,12 +560,12 @@ pub fn seeds(events: &[MemEvent]) -> Seeds {
         } else if !live.remove(&e.addr) && !allocated.contains(&e.addr) && seen_free.insert(e.addr) {
             // A buffer from before the window. (A free of an address the window allocated and
             // freed already, or freed twice, follows a dropped event: not another seed.)
-            seeded.push((e.addr, e.chunk));
+            seeded.push((e.addr, e.requested, e.chunk));
         }
     }
     seeded.sort_unstable();
     let starting = events.first().and_then(|e| e.in_use_before()).unwrap_or(0);
-    let seeded_bytes: u64 = seeded.iter().map(|&(_, s)| s).sum();
+    let seeded_bytes: u64 = seeded.iter().map(|&(_, _, c)| c).sum();
     Seeds { live: seeded, unknown_bytes: starting.saturating_sub(seeded_bytes), starting_in_use: starting }
 }
 

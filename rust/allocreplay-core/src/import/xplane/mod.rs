@@ -168,7 +168,7 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
     let strings = &capture.strings;
     let s = |id: Option<u32>| id.map(|i| strings[i as usize].as_str());
 
-    let mut push_seed = |out: &mut TraceBuilder, size: u64, addr: Option<u64>, next_id: &mut u64| {
+    let mut push_seed = |out: &mut TraceBuilder, size: u64, chunk_size: u64, addr: Option<u64>, next_id: &mut u64| {
         let mut r = EventRow::new(Action::Alloc, size);
         r.alloc_id = Some(*next_id);
         *next_id += 1;
@@ -176,7 +176,7 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
         r.device = device;
         r.seed = true;
         out.push(&r);
-        chunk.append_value(size);
+        chunk.append_value(chunk_size);
         in_use.append_null();
         peak.append_null();
         frag.append_null();
@@ -189,12 +189,12 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
     };
     // Seeds: the live buffers the window's frees reveal, lowest address first, then the
     // in-use bytes nothing in the window accounts for.
-    for &(addr, size) in &seeds.live {
+    for &(addr, requested, size) in &seeds.live {
         live_id.insert(addr, next_id);
-        push_seed(&mut out, size, Some(addr), &mut next_id);
+        push_seed(&mut out, requested, size, Some(addr), &mut next_id);
     }
     if seeds.unknown_bytes > 0 {
-        push_seed(&mut out, seeds.unknown_bytes, None, &mut next_id);
+        push_seed(&mut out, seeds.unknown_bytes, seeds.unknown_bytes, None, &mut next_id);
     }
     for e in &evs {
         let mut r = EventRow::new(if e.alloc { Action::Alloc } else { Action::FreeCompleted }, e.requested);
@@ -263,7 +263,7 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
     metadata.extra.insert("ordering".into(), serde_json::to_value(&ordering).expect("serializes"));
     metadata.extra.insert("seed".into(), serde_json::json!({
         "buffers": seeds.live.len(),
-        "buffer_bytes": seeds.live.iter().map(|&(_, s)| s).sum::<u64>(),
+        "buffer_bytes": seeds.live.iter().map(|&(_, _, c)| c).sum::<u64>(),
         "unknown_bytes": seeds.unknown_bytes,
         "starting_in_use_bytes": seeds.starting_in_use,
     }));
@@ -290,6 +290,15 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
                 metadata.extra.insert("recorded_stats".into(), serde_json::Value::Object(stats));
             }
         }
+        if capture.framework.is_none() {
+            capture.framework = if m.get("jax").is_some() {
+                Some("jax")
+            } else if m.get("tf").is_some() || m.get("tensorflow").is_some() {
+                Some("tf")
+            } else {
+                None
+            };
+        }
         if let Some(env) = m.get("env").filter(|v| v.is_object()) {
             bfc.insert("env".into(), env.clone());
         }
@@ -297,6 +306,9 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
         let mut cap = m.as_object().cloned().unwrap_or_default();
         cap.remove("memory_stats");
         metadata.extra.insert("capture".into(), serde_json::Value::Object(cap));
+    }
+    if let Some(f) = capture.framework {
+        bfc.insert("framework".into(), f.into());
     }
     metadata.allocator_settings = serde_json::Value::Object(bfc);
     metadata.devices = vec![info];
