@@ -639,3 +639,264 @@ impl Policy for Platform {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const BASE: u64 = 0x1000_0000;
+
+    fn req(id: u64, size: u64) -> Request {
+        Request { event: id as usize, id, size, stream: 0, pool: 0, recorded_addr: None, recorded_chunk: None }
+    }
+
+    fn bfc(allow_growth: bool, limit: u64) -> Bfc {
+        Bfc::new("test".into(), BfcSettings { allow_growth, garbage_collection: false, fragmentation_fraction: 0.0, memory_limit: Some(limit) })
+    }
+
+    /// A device whose next region goes at `addr` (as validate places them).
+    fn at(dev: &mut DeviceMemory, addr: u64) -> &mut DeviceMemory {
+        dev.request_hint = Some(addr);
+        dev
+    }
+
+    #[test]
+    fn rounding_and_bins_follow_kmin_allocation_size() {
+        // RoundedBytes: multiples of 256.
+        assert_eq!([rounded_bytes(1), rounded_bytes(256), rounded_bytes(257), rounded_bytes(1000)], [256, 256, 512, 1024]);
+        // BinNumForSize: bin b holds [256 << b, 256 << (b + 1)); the last bin is unbounded.
+        assert_eq!(bin_num_for_size(256), 0);
+        assert_eq!(bin_num_for_size(511), 0);
+        assert_eq!(bin_num_for_size(512), 1);
+        assert_eq!(bin_num_for_size(256 << 19), 19);
+        assert_eq!(bin_num_for_size((256 << 20) - 1), 19);
+        assert_eq!(bin_num_for_size(256 << 20), 20);
+        assert_eq!(bin_num_for_size(80 << 30), 20);
+    }
+
+    #[test]
+    fn best_fit_by_size_then_address_and_the_split_rule() {
+        // One preallocated 1 MiB region at BASE; chunks a..f carved in order from its low end.
+        let mut p = bfc(false, MIB);
+        let mut dev = DeviceMemory::new(None);
+        let sizes = [1024u64, 256, 2048, 256, 1024, 256];
+        let mut addr = Vec::new();
+        for (i, &s) in sizes.iter().enumerate() {
+            let d = at(&mut dev, BASE);
+            addr.push(p.malloc(&req(i as u64, s), d).unwrap().addr);
+            d.clear_hints();
+        }
+        // FindChunkPtr splits every request off the low end of the big free chunk.
+        let mut expect = BASE;
+        for (i, &s) in sizes.iter().enumerate() {
+            assert_eq!(addr[i], expect);
+            expect += s;
+        }
+        assert_eq!(p.stats().reserved, MIB, "one region of memory_limit");
+        // Free a (1024 @ BASE), c (2048 @ BASE+1280), e (1024 @ BASE+3584): three holes.
+        for id in [0, 2, 4] {
+            p.free_completed(id, &mut dev);
+        }
+        // 1000 B -> 1024: the smallest chunk that fits, lowest address among equal sizes: a's.
+        assert_eq!(p.malloc(&req(10, 1000), &mut dev).unwrap(), Placement { addr: BASE, size: 1024, segment: BASE });
+        // Again: e's hole (the other 1024-byte chunk), not c's larger one.
+        assert_eq!(p.malloc(&req(11, 1024), &mut dev).unwrap().addr, BASE + 3584);
+        // 1500 B -> 1536 from c's 2048-byte hole: 2048 < 2 * 1536 and the 512-byte rest is
+        // under the 128 MiB cap: no split, the caller gets all 2048 bytes.
+        assert_eq!(p.malloc(&req(12, 1500), &mut dev).unwrap(), Placement { addr: BASE + 1280, size: 2048, segment: BASE });
+        // 256 B: no 256-byte hole left; the smallest free chunk is the tail of the region.
+        let tail = BASE + sizes.iter().sum::<u64>();
+        assert_eq!(p.malloc(&req(13, 1), &mut dev).unwrap(), Placement { addr: tail, size: 256, segment: BASE });
+        assert_eq!(p.stats().allocated, 1024 + 256 + 2048 + 256 + 1024 + 256 + 256);
+    }
+
+    #[test]
+    fn split_rule_internal_fragmentation_cap() {
+        // A 300 MiB free chunk (one preallocated region).
+        let cases = [
+            // (request, fragmentation_fraction, chunk given): 200 MiB: 300 < 400 and 100 MiB
+            // < 128 MiB -> the whole 300 MiB chunk.
+            (200 * MIB, 0.0, 300 * MIB),
+            // 170 MiB: 300 < 340 but 130 MiB >= 128 MiB -> split.
+            (170 * MIB, 0.0, 170 * MIB),
+            // 150 MiB: 300 >= 2 x 150 -> split.
+            (150 * MIB, 0.0, 150 * MIB),
+            // With fragmentation_fraction 0.25 of the 300 MiB limit the cap is 75 MiB: 200 MiB
+            // leaves 100 MiB >= 75 MiB -> split.
+            (200 * MIB, 0.25, 200 * MIB),
+        ];
+        for (request, fraction, chunk) in cases {
+            let mut p = Bfc::new("t".into(), BfcSettings { allow_growth: false, garbage_collection: false, fragmentation_fraction: fraction, memory_limit: Some(300 * MIB) });
+            let mut dev = DeviceMemory::new(None);
+            let got = p.malloc(&req(0, request), &mut dev).unwrap();
+            assert_eq!(got.size, chunk, "request {request} fraction {fraction}");
+            assert_eq!(p.largest_free_chunk(), 300 * MIB - chunk);
+        }
+    }
+
+    #[test]
+    fn free_coalesces_with_next_then_previous() {
+        let mut p = bfc(false, 4096);
+        let mut dev = DeviceMemory::new(None);
+        for id in 0..4 {
+            p.malloc(&req(id, 1024), &mut dev).unwrap();
+        }
+        assert_eq!(p.largest_free_chunk(), 0);
+        p.free_completed(0, &mut dev);
+        p.free_completed(2, &mut dev);
+        // Two separate 1 KiB holes: fragmentation = (2048 - 1024) / 2048.
+        assert_eq!(p.largest_free_chunk(), 1024);
+        assert_eq!(p.fragmentation(), 0.5);
+        // Freeing b merges a, b and c into one 3 KiB chunk.
+        p.free_completed(1, &mut dev);
+        assert_eq!(p.largest_free_chunk(), 3072);
+        assert_eq!(p.segments()[0].blocks, 2);
+        p.free_completed(3, &mut dev);
+        assert_eq!(p.largest_free_chunk(), 4096);
+        assert_eq!(p.segments()[0].blocks, 1);
+        assert_eq!(p.fragmentation(), 0.0);
+        // Freeing an unknown or already freed id does nothing.
+        p.free_completed(3, &mut dev);
+        p.free_completed(99, &mut dev);
+        assert_eq!(p.stats().allocated, 0);
+    }
+
+    #[test]
+    fn allow_growth_regions_double_from_2_mib() {
+        let mut p = bfc(true, 100 * MIB);
+        let mut dev = DeviceMemory::new(None);
+        // 1 MiB: a 2 MiB region; the next region target doubles to 4 MiB.
+        p.malloc(&req(0, MIB), &mut dev).unwrap();
+        // 1.5 MiB does not fit in the remaining 1 MiB: a 4 MiB region (target -> 8 MiB).
+        p.malloc(&req(1, 3 * MIB / 2), &mut dev).unwrap();
+        // 20 MiB: the target doubles 8 -> 16 -> 32 MiB until it fits, and is not doubled again.
+        p.malloc(&req(2, 20 * MIB), &mut dev).unwrap();
+        // 40 MiB: 32 -> 64 MiB, but only 100 - 38 = 62 MiB are left under the limit.
+        p.malloc(&req(3, 40 * MIB), &mut dev).unwrap();
+        let mut sizes: Vec<u64> = p.segments().iter().map(|s| s.size).collect();
+        sizes.sort_unstable();
+        assert_eq!(sizes, vec![2 * MIB, 4 * MIB, 32 * MIB, 62 * MIB]);
+        assert_eq!(p.pool_bytes(), 100 * MIB);
+        // Nothing is left: 1 more MiB is an OOM, and the failed request changes nothing.
+        let before = p.stats().clone();
+        assert_eq!(p.malloc(&req(4, 23 * MIB), &mut dev), Err(OutOfMemory { alloc_size: 23 * MIB }));
+        assert_eq!(p.stats().allocated, before.allocated);
+        assert_eq!(p.stats().reserved, before.reserved);
+        assert_eq!(p.stats().num_ooms, 1);
+    }
+
+    #[test]
+    fn extend_backs_off_by_0_9_when_the_device_refuses() {
+        // Preallocating 100 MiB on a device with 64 MiB free: Extend retries with
+        // RoundedBytes(bytes * 0.9f) until the sub-allocator succeeds.
+        let mut p = bfc(false, 100 * MIB);
+        let mut dev = DeviceMemory::new(Some(64 * MIB));
+        p.malloc(&req(0, 256), &mut dev).unwrap();
+        let mut bytes = 100 * MIB;
+        while bytes > 64 * MIB {
+            bytes = rounded_bytes((bytes as f32 * 0.9f32) as u64);
+        }
+        // 100 -> 90 -> 81 -> 72.9 -> 65.61 -> 59.049 MiB (each rounded up to 256 bytes).
+        assert!(bytes > 59 * MIB && bytes < 60 * MIB);
+        assert_eq!(p.pool_bytes(), bytes);
+        // A request larger than what the device can give at all fails once the back-off goes
+        // below it.
+        let mut p = bfc(false, 100 * MIB);
+        let mut dev = DeviceMemory::new(Some(10 * MIB));
+        assert_eq!(p.malloc(&req(0, 20 * MIB), &mut dev), Err(OutOfMemory { alloc_size: 20 * MIB }));
+        assert_eq!(p.pool_bytes(), 0);
+    }
+
+    #[test]
+    fn garbage_collection_frees_whole_free_regions_to_fit_a_larger_one() {
+        for gc in [false, true] {
+            let mut p = Bfc::new("t".into(), BfcSettings { allow_growth: true, garbage_collection: gc, fragmentation_fraction: 0.0, memory_limit: Some(8 * MIB) });
+            let mut dev = DeviceMemory::new(None);
+            p.malloc(&req(0, 2 * MIB), &mut dev).unwrap(); // region 2 MiB, next target 4 MiB
+            p.free_completed(0, &mut dev);
+            // 7 MiB: the free 2 MiB chunk is too small and only 6 MiB are left to extend.
+            let r = p.malloc(&req(1, 7 * MIB), &mut dev);
+            if gc {
+                // DeallocateFreeRegions returns the 2 MiB region (8 - 2 + 2 >= 7), then
+                // Extend doubles the target 4 -> 8 MiB and gets all 8 MiB; the request takes the
+                // whole chunk (8 < 2 x 7 and 1 MiB < 128 MiB: no split).
+                assert_eq!(r.unwrap().size, 8 * MIB);
+                assert_eq!(p.pool_bytes(), 8 * MIB);
+                assert_eq!(p.segments().len(), 1);
+                assert_eq!(dev.used, 8 * MIB);
+            } else {
+                assert_eq!(r, Err(OutOfMemory { alloc_size: 7 * MIB }));
+                assert_eq!(p.pool_bytes(), 2 * MIB);
+            }
+        }
+    }
+
+    #[test]
+    fn validate_places_new_regions_at_the_recorded_address() {
+        let mut p = bfc(true, 64 * MIB);
+        let mut dev = DeviceMemory::new(None);
+        let r0 = p.malloc(&req(0, MIB), at(&mut dev, 0x5000_0000)).unwrap();
+        assert_eq!(r0, Placement { addr: 0x5000_0000, size: MIB, segment: 0x5000_0000 });
+        // A second region below the first, where the "driver" put it.
+        let r1 = p.malloc(&req(1, 3 * MIB), at(&mut dev, 0x4000_0000)).unwrap();
+        assert_eq!(r1.segment, 0x4000_0000);
+        // Equal-size holes in both regions: the lower address wins the tie.
+        p.free_completed(0, &mut dev);
+        p.free_completed(1, &mut dev);
+        dev.clear_hints();
+        let r2 = p.malloc(&req(2, 512 * 1024), &mut dev).unwrap();
+        assert_eq!(r2.addr, 0x5000_0000, "the 2 MiB region's whole chunk is the best fit");
+        // A hint inside a region we hold is ignored (the replay diverged): simulated address.
+        let r3 = p.malloc(&req(3, 16 * MIB), at(&mut dev, 0x4000_0000 + MIB)).unwrap();
+        assert_ne!(r3.segment, 0x4000_0000 + MIB);
+    }
+
+    #[test]
+    fn seeds_take_their_recorded_chunk_and_address() {
+        let mut p = bfc(true, 64 * MIB);
+        let mut dev = DeviceMemory::new(None);
+        let mut seed = req(0, 1000);
+        seed.recorded_addr = Some(0x7000_0000);
+        seed.recorded_chunk = Some(4096);
+        let s = p.seed_alloc(&seed, &mut dev).unwrap();
+        assert_eq!(s, Placement { addr: 0x7000_0000, size: 4096, segment: 0x7000_0000 });
+        assert_eq!(p.stats().allocated, 4096);
+        // Freed, its chunk is reusable.
+        p.free_completed(0, &mut dev);
+        assert_eq!(p.largest_free_chunk(), 4096);
+        // A seed inside a region we hold is carved out at its address.
+        // (8 KiB does not fit the free 4 KiB chunk: a 2 MiB region at the hint.)
+        p.malloc(&req(1, 8192), at(&mut dev, 0x6000_0000)).unwrap();
+        let mut seed = req(2, 300);
+        seed.recorded_addr = Some(0x6000_0000 + 16384);
+        seed.recorded_chunk = Some(512);
+        assert_eq!(p.seed_alloc(&seed, &mut dev).unwrap(), Placement { addr: 0x6000_0000 + 16384, size: 512, segment: 0x6000_0000 });
+        let blocks: u32 = p.segments().iter().find(|s| s.addr == 0x6000_0000).unwrap().blocks;
+        assert_eq!(blocks, 4, "in use 8 KiB | free 8 KiB | seed 512 | free rest");
+        assert_eq!(p.stats().allocated, 8192 + 512);
+    }
+
+    #[test]
+    fn zero_byte_requests_take_nothing() {
+        let mut p = bfc(true, MIB);
+        let mut dev = DeviceMemory::new(None);
+        assert_eq!(p.malloc(&req(0, 0), &mut dev).unwrap().size, 0);
+        p.free_completed(0, &mut dev);
+        assert_eq!((p.stats().allocated, p.stats().reserved), (0, 0));
+    }
+
+    #[test]
+    fn platform_allocator_gives_each_buffer_its_own_device_allocation() {
+        let mut p = Platform::new("jax:allocator=platform".into());
+        let mut dev = DeviceMemory::new(Some(MIB));
+        let a = p.malloc(&req(0, 1000), &mut dev).unwrap();
+        assert_eq!(a.size, 1024);
+        p.malloc(&req(1, 512 * 1024), &mut dev).unwrap();
+        assert_eq!(p.stats().reserved, 1024 + 512 * 1024);
+        p.free_completed(0, &mut dev);
+        assert_eq!(p.stats().reserved, 512 * 1024);
+        assert_eq!(dev.used, 512 * 1024);
+        assert!(p.malloc(&req(2, MIB), &mut dev).is_err());
+    }
+}

@@ -183,14 +183,15 @@ fn key_of(name: &str) -> Option<Key> {
 }
 
 fn decode_error(path: &Path, what: &str, e: prost::DecodeError) -> Error {
-    let text = e.to_string();
+    // prost names our structs (`XSpaceRaw.planes: ...`); say it in the .proto's terms.
+    let text = e.to_string().replace("failed to decode Protobuf message: ", "").replace("XSpaceRaw", "XSpace").replace("Lazy", "").replace("Head", "");
     let truncated = text.contains("underflow") || text.contains("EOF") || text.contains("invalid varint");
     Error::format(
         path,
         if truncated {
             format!("truncated or corrupt profiler capture: {what} ends early ({text})")
         } else {
-            format!("not a profiler capture (XSpace protobuf) or a corrupt one: {what}: {text}")
+            format!("not a profiler capture: the protobuf does not decode as an XSpace (*.xplane.pb) at {what} ({text})")
         },
     )
 }
@@ -278,7 +279,7 @@ pub fn parse(path: &Path, data: Vec<u8>) -> Result<ParsedCapture> {
     if data.is_empty() {
         return Err(Error::format(path, "empty file: not a profiler capture (XSpace protobuf)"));
     }
-    let space = XSpaceRaw::decode(data).map_err(|e| decode_error(path, "the XSpace", e))?;
+    let space = XSpaceRaw::decode(data).map_err(|e| decode_error(path, "its top level", e))?;
     let mut out = ParsedCapture { hostname: space.hostnames.first().cloned(), ..Default::default() };
     let mut host: Option<Bytes> = None;
     let mut names = Vec::with_capacity(space.planes.len());
@@ -461,8 +462,9 @@ const CHAIN_WINDOW: usize = 256;
 /// Events are sorted by timestamp (file order on ties); then, whenever the next event by time
 /// does not continue the chain, the first event within the next `CHAIN_WINDOW` that does — and
 /// that is consistent with the addresses in use (no allocation of a live address, no free of a
-/// freed one) — is taken instead. Where nothing continues it (an event the profiler dropped),
-/// the next event by time is taken and the chain restarts from it.
+/// freed one) — is taken instead. Where nothing continues it (the start, or an event the
+/// profiler dropped), the chain (re)starts at the head's timestamp with the event that no
+/// other event of that timestamp can precede ([`chain_start`]).
 pub fn order_by_chain(events: &mut Vec<MemEvent>) -> OrderingReport {
     events.sort_by_key(|e| (e.time_ps, e.seq));
     let n = events.len();
@@ -511,7 +513,7 @@ pub fn order_by_chain(events: &mut Vec<MemEvent>) -> OrderingReport {
                 if state.is_some() {
                     report.breaks += 1;
                 }
-                head
+                chain_start(events, &taken, head)
             }
         };
         if j != head {
@@ -533,6 +535,25 @@ pub fn order_by_chain(events: &mut Vec<MemEvent>) -> OrderingReport {
     let mut slots: Vec<Option<MemEvent>> = std::mem::take(events).into_iter().map(Some).collect();
     *events = order.into_iter().map(|j| slots[j].take().expect("each event once")).collect();
     report
+}
+
+/// Where a chain (re)starts: among the untaken events sharing the head's timestamp (threads
+/// whose events the clock could not tell apart), the first that no other of them can precede
+/// (no other's in-use-after is its in-use-before); the head if none or all can.
+fn chain_start(events: &[MemEvent], taken: &[bool], head: usize) -> usize {
+    let t = events[head].time_ps;
+    let group: Vec<usize> = (head..events.len()).take_while(|&j| events[j].time_ps == t).filter(|&j| !taken[j]).take(CHAIN_WINDOW).collect();
+    if group.len() < 2 {
+        return head;
+    }
+    group
+        .iter()
+        .copied()
+        .find(|&j| {
+            let before = events[j].in_use_before();
+            !group.iter().any(|&k| k != j && Some(events[k].in_use) == before)
+        })
+        .unwrap_or(head)
 }
 
 /// What was live when the window opened.
