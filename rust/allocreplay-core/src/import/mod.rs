@@ -40,6 +40,9 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
         return load(&file, opts);
     }
     let raw = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    if raw.is_empty() {
+        return Err(Error::format(path, "file is empty"));
+    }
     if raw.starts_with(b"ARROW1") {
         return read_arrow(path);
     }
@@ -63,6 +66,11 @@ pub fn detect(data: &[u8]) -> Option<SourceKind> {
     if data.starts_with(b"ARROW1") {
         Some(SourceKind::Arrow)
     } else if data.len() >= 2 && data[0] == 0x80 && (2..=5).contains(&data[1]) {
+        Some(SourceKind::PytorchPickle)
+    } else if data.last() == Some(&b'.') && matches!(data[0], b'(' | b'}' | b']' | b')' | b'c' | b'd' | b'l' | b'N' | b'I') {
+        // Protocol 0/1 pickles have no PROTO header: they start with the opcode building the
+        // first object and end with STOP. Detected so that they get the pickle's own errors
+        // (an unsafe GLOBAL is refused by name) rather than "unrecognised format".
         Some(SourceKind::PytorchPickle)
     } else if xplane::looks_like_xspace(data) {
         Some(SourceKind::Xplane)

@@ -1,0 +1,38 @@
+# `make test`: the Rust core's tests, then the Python package built into a virtualenv and its
+# tests. Needs Rust (cargo; cargo-nextest if present) and Python >= 3.10 with venv.
+
+PYTHON ?= python3
+VENV ?= .venv
+VENV_ABS := $(abspath $(VENV))
+PY := $(VENV_ABS)/bin/python
+
+.PHONY: test test-rust test-python venv develop wheel bench
+
+test: test-rust test-python
+
+# The workspace's default members hold only the pure-Rust core: the PyO3 crate is built by
+# maturin, not by cargo test.
+test-rust:
+	@if cargo nextest --version >/dev/null 2>&1; then cargo nextest run; else cargo test; fi
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+venv: $(PY)
+	$(PY) -m pip install --quiet "maturin>=1.5,<2" "pytest>=7" "polars>=1.10" "pyarrow>=15" "click>=8.1"
+
+# Builds the extension (dev profile: dependencies at opt-level 2, shared with `cargo test`)
+# and installs the package into the virtualenv.
+develop: venv
+	VIRTUAL_ENV=$(VENV_ABS) PATH="$(VENV_ABS)/bin:$$PATH" $(VENV_ABS)/bin/maturin develop
+
+test-python: develop
+	$(PY) -m pytest tests
+
+# A release wheel in dist/ (what `pip install .` builds).
+wheel: venv
+	$(VENV_ABS)/bin/maturin build --release --out dist
+
+# Import speed (see benches/RESULTS.md).
+bench:
+	cargo bench -p allocreplay-core --bench import
