@@ -8,7 +8,7 @@
 """
 
 from allocreplay import errors
-from allocreplay._api import ReplayResult, Trace, load, parse_capacity, replay
+from allocreplay._api import ReplayResult, Trace, load, parse_capacity, replay, validate_bfc
 from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, __version__
 from allocreplay.errors import (
     AllocReplayError,
@@ -31,6 +31,7 @@ __all__ = [
     "load",
     "replay",
     "parse_capacity",
+    "validate_bfc",
     "errors",
     "AllocReplayError",
     "TraceIOError",
