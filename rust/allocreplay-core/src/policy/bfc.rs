@@ -50,9 +50,9 @@ pub fn bin_num_for_size(bytes: u64) -> usize {
     ((63 - v.leading_zeros()) as usize).min(K_NUM_BINS - 1)
 }
 
-pub fn from_spec(spec: BfcSpec, _ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
+pub fn from_spec(spec: BfcSpec, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
     match spec {
-        BfcSpec::Bfc { name, settings } => Ok(Box::new(Bfc::new(name, settings))),
+        BfcSpec::Bfc { name, settings } => Ok(Box::new(Bfc::new(name, settings).with_trace(ctx))),
         BfcSpec::Platform { name } => Ok(Box::new(Platform::new(name))),
     }
 }
@@ -100,6 +100,13 @@ pub struct Bfc {
     regions: BTreeMap<u64, Region>,
     /// Live chunks by trace allocation id.
     live: Vec<u32>,
+    /// For a seeded trace replayed preallocated: where the one region starts (the lowest
+    /// address the trace shows; the first chunk the allocator ever handed out sat at the
+    /// region's base).
+    seed_region_base: Option<u64>,
+    /// For a seeded trace replayed with growing regions: the address ranges the seeds'
+    /// regions covered (created before the first seed is placed).
+    seed_regions: Vec<(u64, u64)>,
     stats: Stats,
     pub num_allocs: u64,
     pub largest_alloc_size: u64,
@@ -132,10 +139,27 @@ impl Bfc {
             bins: (0..K_NUM_BINS).map(|_| BTreeSet::new()).collect(),
             regions: BTreeMap::new(),
             live: Vec::new(),
+            seed_region_base: None,
+            seed_regions: Vec::new(),
             stats: Stats::default(),
             num_allocs: 0,
             largest_alloc_size: 0,
         }
+    }
+
+    /// Takes from the trace what placing its seeds needs (`extra.seed.lowest_address` of a
+    /// seeded xplane import).
+    pub fn with_trace(mut self, ctx: &PolicyContext) -> Self {
+        if ctx.metadata.seeded {
+            let seed = ctx.metadata.extra.get("seed");
+            self.seed_region_base = seed.and_then(|s| s.get("lowest_address")).and_then(|a| a.as_u64());
+            self.seed_regions = seed
+                .and_then(|s| s.get("regions"))
+                .and_then(|r| r.as_array())
+                .map(|r| r.iter().filter_map(|x| Some((x.get(0)?.as_u64()?, x.get(1)?.as_u64()?))).collect())
+                .unwrap_or_default();
+        }
+        self
     }
 
     pub fn settings(&self) -> &BfcSettings {
@@ -470,9 +494,12 @@ impl Bfc {
                         self.remove_free_chunk_from_bin(h);
                         let mut h = h;
                         if c.ptr < addr {
+                            // The part below the seed stays free.
                             self.split_chunk(h, addr - c.ptr);
-                            h = self.c(h).next;
+                            let low = h;
+                            h = self.c(low).next;
                             self.remove_free_chunk_from_bin(h);
+                            self.insert_free_chunk(low);
                         }
                         if self.c(h).size > size {
                             self.split_chunk(h, size);
@@ -527,10 +554,54 @@ impl Policy for Bfc {
     /// address (in-use bytes no event accounts for), a region of its own.
     fn seed_alloc(&mut self, req: &Request, dev: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
         let size = rounded_bytes(req.recorded_chunk.unwrap_or(req.size).max(req.size).max(1));
-        if let Some(addr) = req.recorded_addr {
-            if let Some(p) = self.place_seed(addr, size, req, dev) {
-                return Ok(p);
+        if !self.opts.allow_growth && self.regions.is_empty() {
+            // Preallocated: every seed sat in the one region, which starts at or below the
+            // lowest address the trace shows. Create it there, as the first Extend did.
+            let base = match (self.seed_region_base, req.recorded_addr) {
+                (Some(b), Some(a)) => Some(b.min(a)),
+                (b, a) => b.or(a),
+            };
+            let hint = std::mem::replace(&mut dev.request_hint, base);
+            self.extend(size, dev);
+            dev.request_hint = hint;
+        }
+        if self.opts.allow_growth && !self.seed_regions.is_empty() {
+            // Growing: the regions that held the seeds, as far as the trace shows them. The
+            // region sizes had doubled once per region (Extend): the next one is estimated
+            // at 2 MiB x 2^regions, and at least the largest of them rounded up.
+            let regions = std::mem::take(&mut self.seed_regions);
+            let largest = regions.iter().map(|&(_, s)| s).max().unwrap_or(0);
+            for &(addr, bytes) in &regions {
+                if !self.overlaps(addr, bytes) {
+                    if let Some(a) = dev.malloc_at(addr, bytes) {
+                        let h = self.add_region(a, bytes);
+                        self.insert_free_chunk(h);
+                    }
+                }
             }
+            let mut curr = (2u64 << 20).saturating_mul(1u64 << regions.len().min(40));
+            while curr < largest {
+                curr = curr.saturating_mul(2);
+            }
+            self.curr_region_allocation_bytes = self.curr_region_allocation_bytes.max(curr);
+        }
+        match req.recorded_addr {
+            Some(addr) => {
+                if let Some(p) = self.place_seed(addr, size, req, dev) {
+                    return Ok(p);
+                }
+            }
+            None if !self.opts.allow_growth => {
+                // In-use bytes no event accounts for, in the preallocated region: at its top,
+                // out of the way of what the window allocates from the low end.
+                if let Some((&base, r)) = self.regions.iter().next() {
+                    let top = base + r.size;
+                    if let Some(p) = top.checked_sub(size).and_then(|addr| self.place_seed(addr, size, req, dev)) {
+                        return Ok(p);
+                    }
+                }
+            }
+            None => {}
         }
         match dev.malloc(size) {
             Some(a) => {
@@ -875,6 +946,33 @@ mod tests {
         let blocks: u32 = p.segments().iter().find(|s| s.addr == 0x6000_0000).unwrap().blocks;
         assert_eq!(blocks, 4, "in use 8 KiB | free 8 KiB | seed 512 | free rest");
         assert_eq!(p.stats().allocated, 8192 + 512);
+        // The 8 KiB below the seed is a free chunk like any other.
+        assert_eq!(p.malloc(&req(3, 8192), &mut dev).unwrap().addr, 0x6000_0000 + 8192);
+    }
+
+    #[test]
+    fn seeds_of_a_preallocated_allocator_share_its_one_region() {
+        // 1 MiB preallocated; the trace's lowest address is BASE, its seeds at BASE + 4096 and
+        // BASE + 8192, then 2 KiB no event accounts for.
+        let mut md = crate::trace::TraceMetadata::new("test");
+        md.seeded = true;
+        md.extra.insert("seed".into(), serde_json::json!({"lowest_address": BASE}));
+        let ctx = PolicyContext { metadata: &md, device: None, capacity: None };
+        let mut p = bfc(false, MIB).with_trace(&ctx);
+        let mut dev = DeviceMemory::new(None);
+        for (id, off) in [(0u64, 4096u64), (1, 8192)] {
+            let mut s = req(id, 1000);
+            s.recorded_addr = Some(BASE + off);
+            s.recorded_chunk = Some(1024);
+            assert_eq!(p.seed_alloc(&s, &mut dev).unwrap(), Placement { addr: BASE + off, size: 1024, segment: BASE });
+        }
+        let unknown = req(2, 2048);
+        assert_eq!(p.seed_alloc(&unknown, &mut dev).unwrap(), Placement { addr: BASE + MIB - 2048, size: 2048, segment: BASE });
+        assert_eq!((p.pool_bytes(), p.segments().len()), (MIB, 1));
+        // The window's first allocation takes the smallest hole: the 3 KiB between the seeds.
+        assert_eq!(p.malloc(&req(3, 3000), &mut dev).unwrap().addr, BASE + 5120);
+        // Then the 4 KiB below the first seed.
+        assert_eq!(p.malloc(&req(4, 4000), &mut dev).unwrap().addr, BASE);
     }
 
     #[test]

@@ -114,7 +114,7 @@ pub fn validate_bfc(trace: &Trace, device: i32, spec: Option<&str>) -> Result<Bf
         let BfcSpec::Bfc { settings, .. } = crate::policy::bfc_config::parse_bfc(name.trim_start_matches("bfc:"), &ctx)? else {
             unreachable!("bfc specs build BFC allocators")
         };
-        let mut p = Bfc::new(name, settings);
+        let mut p = Bfc::new(name, settings).with_trace(&ctx);
         let r = run(&mut p);
         let v = compare(trace, device, &r, source);
         let better = best.as_ref().is_none_or(|b| (v.chunk_match + v.in_use_match) > (b.chunk_match + b.in_use_match));

@@ -563,10 +563,15 @@ pub struct Seeds {
     /// chunk bytes), by address.
     pub live: Vec<(u64, u64, u64)>,
     /// In-use bytes at the start that no free in the window accounts for (buffers live
-    /// throughout the window).
+    /// throughout the window) and that no gap between the window's chunks can hold.
     pub unknown_bytes: u64,
+    /// Of the buffers live throughout the window, the bytes placed in gaps between the
+    /// window's chunks (included in `live`).
+    pub gap_bytes: u64,
     /// The allocator's bytes in use before the first event.
     pub starting_in_use: u64,
+    /// (start, size) of the address ranges the seeds' regions at least covered.
+    pub regions: Vec<(u64, u64)>,
 }
 
 pub fn seeds(events: &[MemEvent]) -> Seeds {
@@ -584,10 +589,57 @@ pub fn seeds(events: &[MemEvent]) -> Seeds {
             seeded.push((e.addr, e.requested, e.chunk));
         }
     }
-    seeded.sort_unstable();
     let starting = events.first().and_then(|e| e.in_use_before()).unwrap_or(0);
     let seeded_bytes: u64 = seeded.iter().map(|&(_, _, c)| c).sum();
-    Seeds { live: seeded, unknown_bytes: starting.saturating_sub(seeded_bytes), starting_in_use: starting }
+    let mut unknown = starting.saturating_sub(seeded_bytes);
+    let mut gap_bytes = 0;
+    if unknown > 0 {
+        // Buffers live throughout the window occupy memory no event of the window touches:
+        // the gaps between the chunks the window allocates and frees. Fill them lowest first
+        // (long-lived buffers are the oldest, low in their regions), whole gaps only.
+        let mut spans: Vec<(u64, u64)> = events.iter().map(|e| (e.addr, e.addr + e.chunk)).chain(seeded.iter().map(|&(a, _, c)| (a, a + c))).collect();
+        spans.sort_unstable();
+        let mut end = None::<u64>;
+        for (a, b) in spans {
+            if let Some(e) = end {
+                if a > e && a - e <= unknown {
+                    seeded.push((e, a - e, a - e));
+                    unknown -= a - e;
+                    gap_bytes += a - e;
+                    if unknown == 0 {
+                        break;
+                    }
+                }
+            }
+            end = Some(end.map_or(b, |e| e.max(b)));
+        }
+    }
+    seeded.sort_unstable();
+    // The regions that held the seeds: the runs of contiguous chunks (the window's and the
+    // seeds') that contain a seed. Where a region ended beyond its last chunk is not recorded.
+    let mut regions: Vec<(u64, u64)> = Vec::new();
+    if !seeded.is_empty() {
+        let mut spans: Vec<(u64, u64, bool)> =
+            events.iter().map(|e| (e.addr, e.addr + e.chunk, false)).chain(seeded.iter().map(|&(a, _, c)| (a, a + c, true))).collect();
+        spans.sort_unstable();
+        let mut cur: Option<(u64, u64, bool)> = None;
+        for (a, b, seed) in spans {
+            cur = match cur {
+                Some((s, e, has)) if a <= e => Some((s, e.max(b), has || seed)),
+                Some((s, e, has)) => {
+                    if has {
+                        regions.push((s, e - s));
+                    }
+                    Some((a, b, seed))
+                }
+                None => Some((a, b, seed)),
+            };
+        }
+        if let Some((s, e, true)) = cur {
+            regions.push((s, e - s));
+        }
+    }
+    Seeds { live: seeded, unknown_bytes: unknown, gap_bytes, starting_in_use: starting, regions }
 }
 
 /// TensorFlow's `DataType` enum (tensorflow/core/framework/types.proto), the `data_type` stat

@@ -263,10 +263,14 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
         serde_json::Value::Object(summaries.iter().map(|s| (s.name.clone(), s.events.into())).collect()),
     );
     metadata.extra.insert("ordering".into(), serde_json::to_value(&ordering).expect("serializes"));
+    let lowest_address = evs.iter().map(|e| e.addr).chain(seeds.live.iter().map(|&(a, _, _)| a)).min();
     metadata.extra.insert("seed".into(), serde_json::json!({
+        "lowest_address": lowest_address,
         "buffers": seeds.live.len(),
         "buffer_bytes": seeds.live.iter().map(|&(_, _, c)| c).sum::<u64>(),
         "unknown_bytes": seeds.unknown_bytes,
+        "gap_bytes": seeds.gap_bytes,
+        "regions": seeds.regions.iter().map(|&(a, s)| [a, s]).collect::<Vec<_>>(),
         "starting_in_use_bytes": seeds.starting_in_use,
     }));
     if let Some(h) = &capture.hostname {
@@ -358,7 +362,7 @@ pub(crate) mod tests {
     pub(crate) fn capture(lines: &[(i64, Vec<Ev>)]) -> Vec<u8> {
         let names = [
             "allocator_name", "bytes_reserved", "bytes_allocated", "bytes_available", "fragmentation", "peak_bytes_in_use",
-            "requested_bytes", "allocation_bytes", "addr", "tf_op", "GPU_0_bfc", "gpu_host_bfc", "MatMul",
+            "requested_bytes", "allocation_bytes", "addr", "tf_op", "GPU_0_bfc", "gpu_host_bfc", "MatMul", "bfc_cpu_allocator_for_gpu",
         ];
         let stat_metadata: HashMap<i64, XStatMetadata> =
             names.iter().enumerate().map(|(i, n)| (i as i64 + 1, XStatMetadata { id: i as i64 + 1, name: n.to_string() })).collect();
@@ -578,5 +582,58 @@ pub(crate) mod tests {
             other => panic!("{other:?}"),
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A profiler started late: a real capture's main allocator without its first `skip`
+    /// events (in chain order), rebuilt as a capture and imported: what the cut-off part left
+    /// live becomes seeds. Returns the trace and the number of events kept.
+    fn late_start(path: &str, skip: usize) -> (Trace, usize) {
+        let p = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces")).join(path);
+        assert!(p.exists(), "fixture missing: {}", p.display());
+        let data = crate::import::compression::decompress(&p, std::fs::read(&p).unwrap()).unwrap();
+        let mut cap = events::parse(&p, data).unwrap();
+        let s = cap.summaries().into_iter().max_by_key(|s| s.events).unwrap();
+        let mut evs = cap.take_events(s.index);
+        events::order_by_chain(&mut evs);
+        let name: &'static str = match s.name.as_str() {
+            "GPU_0_bfc" => "GPU_0_bfc",
+            "bfc_cpu_allocator_for_gpu" => "bfc_cpu_allocator_for_gpu",
+            other => panic!("unexpected allocator {other}"),
+        };
+        let kept: Vec<Ev> = evs[skip..]
+            .iter()
+            .map(|e| Ev { alloc: e.alloc, time_ns: e.time_ps / 1000 + 1000, requested: e.requested, chunk: e.chunk, addr: e.addr, in_use: e.in_use, allocator: name })
+            .collect();
+        let n = kept.len();
+        (import(capture(&[(1, kept)]), &ImportOptions::default()).unwrap(), n)
+    }
+
+    #[test]
+    fn a_late_start_of_a_growing_allocator_replays_exactly() {
+        // kerascnn (TF's CPU BFC, growing regions) cut at three points. The seeds give the
+        // bytes in use when the window opens; the regions that held them are rebuilt from the
+        // runs of contiguous chunks around them, and buffers live throughout the window fill
+        // the gaps between chunks: every later decision is the recorded one.
+        for skip in [500, 2000, 4000] {
+            let (t, n) = late_start("tf/kerascnn__bfc.xplane.pb", skip);
+            assert!(t.metadata.seeded);
+            let v = crate::validate::bfc::validate_bfc(&t, 0, Some("bfc:allow_growth=true,memory_limit=64GiB")).unwrap();
+            assert_eq!(v.events, n);
+            assert_eq!((v.chunk_match, v.in_use_match), (1.0, 1.0), "skip {skip}: {v:?}");
+            assert_eq!(v.peak_in_use_replayed, 165_345_280, "the full run's peak is inside every window");
+        }
+    }
+
+    #[test]
+    fn a_late_start_of_a_preallocated_allocator_replays_exactly() {
+        // jaxlm__default (one preallocated region) cut at three points: the seeds sit in the one
+        // region, which starts at the lowest address the trace shows; the rest is decided by
+        // best fit inside it, as in the full run.
+        for skip in [300, 1000, 1500, 2000, 3000] {
+            let (t, n) = late_start("jax/jaxlm__default.xplane.pb.xz", skip);
+            let v = crate::validate::bfc::validate_bfc(&t, 0, Some("bfc:allow_growth=false,memory_limit=112583507968")).unwrap();
+            assert_eq!(v.events, n);
+            assert_eq!((v.chunk_match, v.in_use_match), (1.0, 1.0), "skip {skip}: {v:?}");
+        }
     }
 }
