@@ -13,11 +13,6 @@
 //! profiler puts them on plane "/host:CPU", one line per thread.
 
 mod events;
-/// Internals, for examples and benches.
-#[doc(hidden)]
-pub mod events_api {
-    pub use super::events::*;
-}
 pub mod proto;
 
 use std::collections::{BTreeMap, HashMap};
