@@ -145,3 +145,20 @@ fn an_xplane_trace_replays_under_pytorch() {
     assert_eq!(r.events, requests);
     assert!(r.stats.peak_allocated >= trace_info(&t).peak_live_requested_bytes);
 }
+
+#[test]
+fn without_its_json_a_growing_jax_capture_is_recognised_by_replay() {
+    // No .json: the environment (XLA_PYTHON_CLIENT_PREALLOCATE=false) is unknown, so both
+    // settings are replayed and the growing one matches every event.
+    let dir = std::env::temp_dir().join(format!("allocreplay-nojson-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("run.xplane.pb.xz");
+    std::fs::copy(shared("jax/jaxlm__noprealloc.xplane.pb.xz"), &p).unwrap();
+    let t = load(&p, &ImportOptions::default()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(t.metadata.extra.get("recorded_stats").is_none());
+    let v = validate(&t, None);
+    assert_eq!(v.settings_source, "inferred");
+    assert!(v.policy.contains("allow_growth=true"), "{v:?}");
+    assert_exact(&v);
+}

@@ -275,8 +275,11 @@ pub fn recorded_settings(ctx: &PolicyContext) -> Result<RecordedSettings> {
     } else {
         match framework {
             Some("jax") => {
+                // JAX preallocates unless XLA_PYTHON_CLIENT_PREALLOCATE says otherwise; known
+                // only when the capture's environment was recorded (its `.json`).
+                let env_known = settings.get("env").is_some_and(|e| e.is_object());
                 let prealloc = env_of(ctx, "XLA_PYTHON_CLIENT_PREALLOCATE").map(|v| !matches!(v.trim(), "false" | "False" | "0")).unwrap_or(true);
-                (!prealloc, true, false)
+                (!prealloc, env_known, false)
             }
             _ => {
                 let gc = env_of(ctx, "TF_ENABLE_GPU_GARBAGE_COLLECTION").map(|v| v.trim() != "false").unwrap_or(true);
