@@ -6,6 +6,7 @@ pub mod pickle;
 pub mod protowire;
 pub mod pytorch;
 pub mod xla;
+pub mod xplane;
 
 use std::path::{Path, PathBuf};
 
@@ -29,14 +30,25 @@ pub struct ImportOptions {
 pub enum SourceKind {
     Arrow,
     PytorchPickle,
+    /// A TensorFlow / JAX profiler capture (`*.xplane.pb`).
+    Xplane,
 }
 
 /// Loads a trace from an `.arrow` file or any supported raw source.
 pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
     if path.is_dir() {
-        // An XLA dump directory (--xla_dump_to): the temps of every compiled program.
-        let programs = xla::load_dump(path)?;
-        return crate::offline::buffer_assignment::programs_trace(&programs, path);
+        // A profiler log / run directory (plugins/profile/<run>/*.xplane.pb), or an XLA dump
+        // directory (--xla_dump_to): the temps of every compiled program.
+        return match xplane::find_in_profile_dir(path) {
+            Ok(file) => load(&file, opts),
+            Err(xplane_err) => match xla::load_dump(path) {
+                Ok(programs) => crate::offline::buffer_assignment::programs_trace(&programs, path),
+                Err(_) => Err(Error::UnknownFormat {
+                    path: path.to_path_buf(),
+                    message: format!("directory holds neither a profiler capture (*.xplane.pb) nor an XLA dump (module_*_after_optimizations*); {}", xplane_err.to_string().rsplit(": ").next().unwrap_or_default()),
+                }),
+            },
+        };
     }
     let raw = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     if raw.is_empty() {
@@ -49,10 +61,12 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
     match detect(&data) {
         Some(SourceKind::PytorchPickle) => pytorch::import_snapshot(path, &data, opts),
         Some(SourceKind::Arrow) => read_arrow(path),
+        Some(SourceKind::Xplane) => xplane::import_xplane(path, data, opts),
+        None if xplane::is_xplane_name(path) => xplane::import_xplane(path, data, opts),
         None => Err(Error::UnknownFormat {
             path: path.to_path_buf(),
             message: format!(
-                "unrecognised file format (first bytes {:02x?}); allocreplay reads .arrow traces and PyTorch memory snapshots (.pickle, optionally .gz/.xz/.zst)",
+                "unrecognised file format (first bytes {:02x?}); allocreplay reads .arrow traces, PyTorch memory snapshots (.pickle) and TensorFlow/JAX profiler captures (.xplane.pb or a profile directory), optionally .gz/.xz/.zst",
                 &data[..data.len().min(8)]
             ),
         }),
@@ -69,6 +83,8 @@ pub fn detect(data: &[u8]) -> Option<SourceKind> {
         // first object and end with STOP. Detected so that they get the pickle's own errors
         // (an unsafe GLOBAL is refused by name) rather than "unrecognised format".
         Some(SourceKind::PytorchPickle)
+    } else if xplane::looks_like_xspace(data) {
+        Some(SourceKind::Xplane)
     } else {
         None
     }

@@ -5,6 +5,8 @@
 pub mod cuda_async;
 pub mod cuda_malloc;
 pub mod managed;
+pub mod bfc;
+pub mod bfc_config;
 pub mod pytorch;
 pub mod pytorch_config;
 pub mod spec;

@@ -1,6 +1,7 @@
 //! `validate`: replays a trace under the settings it recorded and compares, decision by
 //! decision, with what the real allocator did. One module per source.
 
+pub mod bfc;
 pub mod pytorch;
 
 use serde_json::{json, Value};
@@ -18,9 +19,14 @@ pub fn validate_trace(trace: &Trace) -> Result<Value> {
             .into_iter()
             .map(|d| pytorch::validate_pytorch(trace, d).map(|v| serde_json::to_value(v).expect("serializes")))
             .collect::<Result<_>>()?,
+        "xplane" => trace
+            .devices()
+            .into_iter()
+            .map(|d| bfc::validate_bfc(trace, d, None).map(|v| serde_json::to_value(v).expect("serializes")))
+            .collect::<Result<_>>()?,
         other => {
             return Err(Error::InvalidArgument(format!(
-                "validate does not support traces from '{other}' yet: it needs the recorded decisions of a PyTorch snapshot"
+                "validate needs the recorded decisions of a PyTorch snapshot or a TensorFlow/JAX profiler capture; this trace comes from '{other}' (for XLA dumps, `allocreplay plan` compares the planner with XLA)"
             )))
         }
     };
