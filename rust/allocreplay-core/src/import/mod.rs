@@ -37,17 +37,23 @@ pub enum SourceKind {
 /// Loads a trace from an `.arrow` file or any supported raw source.
 pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
     if path.is_dir() {
-        // A profiler log / run directory (plugins/profile/<run>/*.xplane.pb), or an XLA dump
-        // directory (--xla_dump_to): the temps of every compiled program.
+        // An XLA dump directory (--xla_dump_to: the temps of every compiled program), or a
+        // profiler log / run directory (plugins/profile/<run>/*.xplane.pb).
+        let is_xla_dump = std::fs::read_dir(path)
+            .map_err(|e| Error::io(path, e))?
+            .filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().contains("_after_optimizations"));
+        if is_xla_dump {
+            let programs = xla::load_dump(path)?;
+            return crate::offline::buffer_assignment::programs_trace(&programs, path);
+        }
         return match xplane::find_in_profile_dir(path) {
             Ok(file) => load(&file, opts),
-            Err(xplane_err) => match xla::load_dump(path) {
-                Ok(programs) => crate::offline::buffer_assignment::programs_trace(&programs, path),
-                Err(_) => Err(Error::UnknownFormat {
-                    path: path.to_path_buf(),
-                    message: format!("directory holds neither a profiler capture (*.xplane.pb) nor an XLA dump (module_*_after_optimizations*); {}", xplane_err.to_string().rsplit(": ").next().unwrap_or_default()),
-                }),
-            },
+            Err(Error::UnknownFormat { message, .. }) => Err(Error::UnknownFormat {
+                path: path.to_path_buf(),
+                message: format!("no XLA dump (module_*_after_optimizations* files) and {message}"),
+            }),
+            Err(e) => Err(e),
         };
     }
     let raw = std::fs::read(path).map_err(|e| Error::io(path, e))?;
