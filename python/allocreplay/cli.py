@@ -20,6 +20,8 @@ from allocreplay._api import Trace, load, plan as _plan, replay as _replay
 from allocreplay.errors import AllocReplayError
 
 EXIT_ERROR = 2
+# click >= 8.2 raises this for a bare `allocreplay`; it only shows the help.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def _fail(message: str) -> None:
@@ -33,7 +35,7 @@ class _Cli(click.Group):
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:  # type: ignore[override]
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.NoArgsIsHelpError as e:
+        except _NO_ARGS_IS_HELP as e:  # type: ignore[misc]
             click.echo(e.ctx.get_help() if e.ctx else str(e))
             rv = 0
         except click.ClickException as e:
