@@ -70,6 +70,26 @@ struct Block {
 }
 
 impl Block {
+    /// A free, unsplit block (`Block(device, stream, size, pool, ptr)` upstream).
+    fn new(ptr: u64, size: u64, stream: u64, pool: u32, expandable: u32, seg: u64) -> Block {
+        Block {
+            ptr,
+            size,
+            requested: 0,
+            stream,
+            pool,
+            prev: NONE,
+            next: NONE,
+            allocated: false,
+            pending: false,
+            mapped: true,
+            expandable,
+            gc_count_base: 0,
+            alloc_id: u64::MAX,
+            seg,
+        }
+    }
+
     fn is_split(&self) -> bool {
         self.prev != NONE || self.next != NONE
     }
@@ -349,22 +369,7 @@ impl CachingAllocator {
         }
         let ptr = dev.malloc(alloc_size)?;
         self.total_allocated_memory += alloc_size;
-        let b = self.new_block(Block {
-            ptr,
-            size: alloc_size,
-            requested: 0,
-            stream,
-            pool,
-            prev: NONE,
-            next: NONE,
-            allocated: false,
-            pending: false,
-            mapped: true,
-            expandable: NONE,
-            gc_count_base: 0,
-            alloc_id: u64::MAX,
-            seg: ptr,
-        });
+        let b = self.new_block(Block::new(ptr, alloc_size, stream, pool, NONE, ptr));
         self.stats.add_reserved(alloc_size);
         self.stats.num_device_alloc += 1;
         Some(b)
@@ -407,22 +412,7 @@ impl CachingAllocator {
         };
         self.expandable.push(ExpandableSegment { ptr, segment_size, handles: Vec::new(), alive: true });
         let es = (self.expandable.len() - 1) as u32;
-        let b = self.new_block(Block {
-            ptr,
-            size: va,
-            requested: 0,
-            stream,
-            pool,
-            prev: NONE,
-            next: NONE,
-            allocated: false,
-            pending: false,
-            mapped: false,
-            expandable: es,
-            gc_count_base: 0,
-            alloc_id: u64::MAX,
-            seg: ptr,
-        });
+        let b = self.new_block(Block { mapped: false, ..Block::new(ptr, va, stream, pool, es, ptr) });
         self.insert_unmapped(b);
         b
     }
@@ -447,22 +437,7 @@ impl CachingAllocator {
                 let b = &self.blocks[to_map as usize];
                 (b.stream, b.pool, b.next)
             };
-            let rem = self.new_block(Block {
-                ptr: ptr + msize,
-                size: bsize - msize,
-                requested: 0,
-                stream,
-                pool,
-                prev: NONE,
-                next: NONE,
-                allocated: false,
-                pending: false,
-                mapped: false,
-                expandable: es as u32,
-                gc_count_base: 0,
-                alloc_id: u64::MAX,
-                seg: self.expandable[es].ptr,
-            });
+            let rem = self.new_block(Block { mapped: false, ..Block::new(ptr + msize, bsize - msize, stream, pool, es as u32, self.expandable[es].ptr) });
             self.splice(rem, to_map, next);
             self.insert_unmapped(rem);
             self.blocks[to_map as usize].size = msize;
@@ -558,22 +533,7 @@ impl CachingAllocator {
                 let r = &self.blocks[remaining as usize];
                 (r.ptr, r.stream, r.pool, r.expandable, r.prev, r.seg)
             };
-            block = self.new_block(Block {
-                ptr,
-                size,
-                requested: 0,
-                stream,
-                pool,
-                prev,
-                next: remaining,
-                allocated: false,
-                pending: false,
-                mapped: true,
-                expandable: es,
-                gc_count_base: 0,
-                alloc_id: u64::MAX,
-                seg,
-            });
+            block = self.new_block(Block { prev, next: remaining, ..Block::new(ptr, size, stream, pool, es, seg) });
             if prev != NONE {
                 self.blocks[prev as usize].next = block;
             }
@@ -640,22 +600,7 @@ impl CachingAllocator {
         self.erase_from_blocks(b);
         let before_size = uptr - ptr;
         let mk = |s: &mut Self, p: u64, sz: u64| {
-            s.new_block(Block {
-                ptr: p,
-                size: sz,
-                requested: 0,
-                stream,
-                pool,
-                prev: NONE,
-                next: NONE,
-                allocated: false,
-                pending: false,
-                mapped: true,
-                expandable: es as u32,
-                gc_count_base: 0,
-                alloc_id: u64::MAX,
-                seg: s.expandable[es].ptr,
-            })
+            s.new_block(Block::new(p, sz, stream, pool, es as u32, s.expandable[es].ptr))
         };
         if before_size > 0 {
             let before_free = mk(self, ptr, before_size);
@@ -919,22 +864,7 @@ impl Policy for CachingAllocator {
         }
         let small = size == K_SMALL_BUFFER;
         let pool = self.pool_index(pool, small);
-        let b = self.new_block(Block {
-            ptr: addr,
-            size,
-            requested: 0,
-            stream: stream as u64,
-            pool,
-            prev: NONE,
-            next: NONE,
-            allocated: false,
-            pending: false,
-            mapped: true,
-            expandable: NONE,
-            gc_count_base: 0,
-            alloc_id: u64::MAX,
-            seg: addr,
-        });
+        let b = self.new_block(Block::new(addr, size, stream as u64, pool, NONE, addr));
         self.insert_into_blocks(b);
         self.total_allocated_memory += size;
         self.stats.add_reserved(size);
@@ -982,22 +912,7 @@ impl Policy for CachingAllocator {
                 let bl = &self.blocks[b as usize];
                 (bl.stream, bl.pool, bl.prev, bl.seg)
             };
-            let front = self.new_block(Block {
-                ptr: bptr,
-                size: addr - bptr,
-                requested: 0,
-                stream,
-                pool: pl,
-                prev: NONE,
-                next: NONE,
-                allocated: false,
-                pending: false,
-                mapped: true,
-                expandable: NONE,
-                gc_count_base: 0,
-                alloc_id: u64::MAX,
-                seg,
-            });
+            let front = self.new_block(Block::new(bptr, addr - bptr, stream, pl, NONE, seg));
             self.splice(front, prev, b);
             let bl = &mut self.blocks[b as usize];
             bl.ptr = addr;
