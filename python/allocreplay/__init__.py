@@ -8,7 +8,7 @@
 """
 
 from allocreplay import errors
-from allocreplay._api import ReplayResult, Trace, load, parse_capacity, replay, validate
+from allocreplay._api import ReplayResult, Trace, load, parse_capacity, replay, validate, validate_bfc
 from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, __version__
 from allocreplay.errors import (
     AllocReplayError,
@@ -32,6 +32,7 @@ __all__ = [
     "replay",
     "validate",
     "parse_capacity",
+    "validate_bfc",
     "errors",
     "AllocReplayError",
     "TraceIOError",

@@ -74,14 +74,17 @@ class Trace:
         self._inner.save(os.fspath(path))
 
 
-def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = None) -> Trace:
+def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = None, allocator: str | None = None) -> Trace:
     """Loads a trace: an ``.arrow`` file, or a raw capture whose format is detected from its
-    bytes (a PyTorch memory snapshot pickle, optionally gzip/xz/zstd compressed).
+    bytes (a PyTorch memory snapshot pickle or a TensorFlow / JAX profiler capture
+    ``*.xplane.pb``, optionally gzip/xz/zstd compressed, or a profile directory).
 
     ``meta``: the capture's metadata JSON (total device memory, memory cap); by default
     ``NAME.json`` beside ``NAME.pickle.xz`` is used when present.
+    ``allocator``: for profiler captures, which BFC allocator's events to import
+    (``GPU_0_bfc``, ``xla_gpu_host_bfc``...); default: the device allocator with most events.
     """
-    return Trace(_core.load(os.fspath(path), None if meta is None else os.fspath(meta)))
+    return Trace(_core.load(os.fspath(path), None if meta is None else os.fspath(meta), allocator))
 
 
 class ReplayResult:
@@ -147,6 +150,20 @@ def replay(
     specs = [policies] if isinstance(policies, str) else list(policies)
     inner = _core.replay(trace._inner, specs, _capacity_arg(capacity), timeline_points, placements)
     return ReplayResult(inner)
+
+
+def validate_bfc(trace: Trace | str | os.PathLike[str], policy: str | None = None, *, device: int | None = None) -> dict[str, Any]:
+    """Replays a BFC trace (a TensorFlow / JAX profiler capture) and compares it event by event
+    with what the real allocator did: ``chunk_match`` / ``in_use_match`` (shares of events whose
+    replayed chunk size / bytes in use equal the recorded ``allocation_bytes`` /
+    ``bytes_allocated``), ``peak_in_use_recorded`` / ``_replayed``, ``pool_bytes_recorded`` /
+    ``_replayed`` (where the run's ``.json`` gives them), ``ok``.
+
+    ``policy``: a ``bfc`` / ``tf`` / ``jax`` spec; default: the settings the capture recorded.
+    """
+    if not isinstance(trace, Trace):
+        trace = load(trace)
+    return json.loads(_core.validate_bfc(trace._inner, device, policy))
 
 
 def parse_capacity(text: str) -> int | float:

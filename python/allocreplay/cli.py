@@ -55,8 +55,9 @@ def cli() -> None:
     """Replay GPU memory allocation traces under allocator policies: what would the peak
     memory be, would it run out of memory?
 
-    TRACE arguments take an .arrow trace or a raw capture (a PyTorch memory snapshot pickle,
-    optionally .gz/.xz/.zst compressed); the format is detected from the file's bytes.
+    TRACE arguments take an .arrow trace or a raw capture (a PyTorch memory snapshot pickle, a
+    TensorFlow / JAX profiler capture .xplane.pb or its profile directory, optionally
+    .gz/.xz/.zst compressed); the format is detected from the file's bytes.
     """
 
 
@@ -64,17 +65,25 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else _core.format_bytes(n)
 
 
-def _load(path: str, meta: str | None) -> Trace:
-    return load(path, meta=meta)
+def _load(path: str, meta: str | None, allocator: str | None = None) -> Trace:
+    return load(path, meta=meta, allocator=allocator)
+
+
+_allocator_option = click.option(
+    "--allocator",
+    metavar="NAME",
+    help="Profiler captures (.xplane.pb): the BFC allocator whose events to import (GPU_0_bfc, xla_gpu_host_bfc...); default: the device allocator with most events.",
+)
 
 
 @cli.command("import")
 @click.argument("src")
 @click.option("-o", "--output", "out", required=True, metavar="OUT.arrow", help="Where to write the trace (Arrow IPC).")
 @click.option("--meta", metavar="JSON", help="Capture metadata (total memory, memory cap); default: NAME.json beside NAME.pickle.xz.")
-def import_cmd(src: str, out: str, meta: str | None) -> None:
+@_allocator_option
+def import_cmd(src: str, out: str, meta: str | None, allocator: str | None) -> None:
     """Import a raw capture SRC into the canonical .arrow trace format."""
-    trace = _load(src, meta)
+    trace = _load(src, meta, allocator)
     trace.save(out)
     info = trace.info()
     click.echo(f"{out}: {info['events']:,} events ({info['allocs']:,} allocs, {info['frees']:,} frees) from {src}", err=True)
@@ -94,9 +103,10 @@ def _device_line(md: dict[str, Any], index: int) -> str:
 @click.argument("trace")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
-def info_cmd(trace: str, as_json: bool, meta: str | None) -> None:
+@_allocator_option
+def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None) -> None:
     """Counts and recorded peaks of a TRACE."""
-    t = _load(trace, meta)
+    t = _load(trace, meta, allocator)
     info = t.info()
     if as_json:
         click.echo(json.dumps(info))
@@ -113,6 +123,9 @@ def info_cmd(trace: str, as_json: bool, meta: str | None) -> None:
         ("OOMs recorded", f"{info['ooms']:,}"),
         ("streams / pools", f"{info['streams']} / {info['pools']}"),
     ]
+    bfc = md.get("allocator_settings") if md.get("source") == "xplane" else None
+    if isinstance(bfc, dict):
+        rows.append(("allocator", f"{bfc.get('allocator_name')} (BFC, limit {_gib(bfc.get('memory_limit'))}); recorded peak in use {_gib(bfc.get('final_peak_bytes_in_use'))}"))
     if md.get("seeded"):
         rows.append(("seeded", f"history truncated: {info['seed_allocs']:,} live allocations and {info['seed_segments']:,} segments from the final state"))
     rows += [
@@ -138,12 +151,13 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy and device.")
 @click.option("-o", "--output", "out", metavar="RESULT.arrow", help="Also write the summary table as an Arrow IPC file.")
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
-def replay_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, out: str | None, meta: str | None) -> None:
+@_allocator_option
+def replay_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, out: str | None, meta: str | None, allocator: str | None) -> None:
     """Replay TRACE under allocator policies and report peak memory and OOMs."""
     specs = list(policies) or ["pytorch"]
     if capacity is not None:
         _core.parse_capacity(capacity)  # reject a bad size before loading the trace
-    t = _load(trace, meta)
+    t = _load(trace, meta, allocator)
     result = _replay(t, specs, capacity, placements=False)
     summary = result.summary
     if out:

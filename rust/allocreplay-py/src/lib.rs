@@ -137,9 +137,9 @@ struct PyReplayResult {
 
 /// Loads an `.arrow` trace or imports a raw source (format detected from its bytes).
 #[pyfunction]
-#[pyo3(signature = (path, meta=None))]
-fn load(py: Python<'_>, path: PathBuf, meta: Option<PathBuf>) -> PyResult<PyTrace> {
-    let opts = ImportOptions { meta, ..Default::default() };
+#[pyo3(signature = (path, meta=None, allocator=None))]
+fn load(py: Python<'_>, path: PathBuf, meta: Option<PathBuf>, allocator: Option<String>) -> PyResult<PyTrace> {
+    let opts = ImportOptions { meta, allocator };
     let t = py.detach(move || import::load(&path, &opts)).map_err(|e| to_py(py, e))?;
     Ok(PyTrace { inner: Arc::new(t) })
 }
@@ -196,6 +196,21 @@ fn validate_json(py: Python<'_>, trace: &PyTrace) -> PyResult<String> {
     py.detach(move || allocreplay_core::validate::validate_trace(&t).map(|v| v.to_string())).map_err(|e| to_py(py, e))
 }
 
+/// Validates the `bfc` policy on a BFC trace (a TensorFlow / JAX capture) event by event:
+/// chunk sizes, bytes in use, peak in use, pool bytes. `policy`: a `bfc` / `tf` / `jax` spec;
+/// default: the settings the capture recorded. Returns the report as JSON.
+#[pyfunction]
+#[pyo3(signature = (trace, device=None, policy=None))]
+fn validate_bfc(py: Python<'_>, trace: &PyTrace, device: Option<i32>, policy: Option<String>) -> PyResult<String> {
+    let t = trace.inner.clone();
+    py.detach(move || {
+        let device = device.or_else(|| t.devices().first().copied()).unwrap_or(0);
+        allocreplay_core::validate::bfc::validate_bfc(&t, device, policy.as_deref())
+            .map(|v| serde_json::to_string(&v).expect("report serializes"))
+    })
+    .map_err(|e| to_py(py, e))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -205,6 +220,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(validate_json, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_bfc, m)?)?;
     m.add_function(wrap_pyfunction!(parse_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(format_bytes, m)?)?;
     m.add("POLICY_NAMES", allocreplay_core::policy::spec::POLICY_NAMES.to_vec())?;

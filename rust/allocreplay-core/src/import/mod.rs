@@ -4,6 +4,7 @@
 pub mod compression;
 pub mod pickle;
 pub mod pytorch;
+pub mod xplane;
 
 use std::path::{Path, PathBuf};
 
@@ -27,15 +28,16 @@ pub struct ImportOptions {
 pub enum SourceKind {
     Arrow,
     PytorchPickle,
+    /// A TensorFlow / JAX profiler capture (`*.xplane.pb`).
+    Xplane,
 }
 
 /// Loads a trace from an `.arrow` file or any supported raw source.
 pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
     if path.is_dir() {
-        return Err(Error::UnknownFormat {
-            path: path.to_path_buf(),
-            message: "is a directory; expected a trace file (.arrow, a PyTorch snapshot pickle)".into(),
-        });
+        // A profiler log / run directory (plugins/profile/<run>/*.xplane.pb).
+        let file = xplane::find_in_profile_dir(path)?;
+        return load(&file, opts);
     }
     let raw = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     if raw.is_empty() {
@@ -48,10 +50,12 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
     match detect(&data) {
         Some(SourceKind::PytorchPickle) => pytorch::import_snapshot(path, &data, opts),
         Some(SourceKind::Arrow) => read_arrow(path),
+        Some(SourceKind::Xplane) => xplane::import_xplane(path, data, opts),
+        None if xplane::is_xplane_name(path) => xplane::import_xplane(path, data, opts),
         None => Err(Error::UnknownFormat {
             path: path.to_path_buf(),
             message: format!(
-                "unrecognised file format (first bytes {:02x?}); allocreplay reads .arrow traces and PyTorch memory snapshots (.pickle, optionally .gz/.xz/.zst)",
+                "unrecognised file format (first bytes {:02x?}); allocreplay reads .arrow traces, PyTorch memory snapshots (.pickle) and TensorFlow/JAX profiler captures (.xplane.pb or a profile directory), optionally .gz/.xz/.zst",
                 &data[..data.len().min(8)]
             ),
         }),
@@ -68,6 +72,8 @@ pub fn detect(data: &[u8]) -> Option<SourceKind> {
         // first object and end with STOP. Detected so that they get the pickle's own errors
         // (an unsafe GLOBAL is refused by name) rather than "unrecognised format".
         Some(SourceKind::PytorchPickle)
+    } else if xplane::looks_like_xspace(data) {
+        Some(SourceKind::Xplane)
     } else {
         None
     }

@@ -2,6 +2,8 @@
 //! request events of one device in recorded order and makes the decisions the real allocator
 //! would: rounding, which cached block serves a request, when to get or return device memory.
 
+pub mod bfc;
+pub mod bfc_config;
 pub mod pytorch;
 pub mod pytorch_config;
 pub mod spec;

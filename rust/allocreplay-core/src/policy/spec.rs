@@ -21,7 +21,7 @@ impl PolicyContext<'_> {
 }
 
 /// The policy names `build` knows, for error messages and `--help`.
-pub const POLICY_NAMES: &[&str] = &["pytorch"];
+pub const POLICY_NAMES: &[&str] = &["pytorch", "bfc", "tf", "jax"];
 
 /// Splits `NAME:OPTIONS` at the first colon.
 pub fn split_spec(spec: &str) -> (&str, &str) {
@@ -35,6 +35,9 @@ pub fn build(spec: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
     let (name, options) = split_spec(spec);
     match name {
         "pytorch" => super::pytorch::from_spec(options, ctx),
+        "bfc" => super::bfc::from_spec(super::bfc_config::parse_bfc(options, ctx)?, ctx),
+        "tf" => super::bfc::from_spec(super::bfc_config::parse_tf(options, ctx)?, ctx),
+        "jax" => super::bfc::from_spec(super::bfc_config::parse_jax(options, ctx)?, ctx),
         _ => Err(Error::PolicySpec(format!(
             "unknown policy '{name}' in '{spec}'; known policies: {}",
             POLICY_NAMES.join(", ")

@@ -1,0 +1,386 @@
+//! Specs of the BFC family: `bfc[:OPTIONS]`, and the presets users name by what they run,
+//! `tf[:OPTIONS]` (TensorFlow's GPU allocator) and `jax[:OPTIONS]` (JAX / XLA's GPU client).
+//! Options are `key=value` (or `key:value`) separated by commas.
+//!
+//! - `bfc`: `tsl::BFCAllocator::Options` defaults (xla/tsl/framework/bfc_allocator.h):
+//!   allow_growth=true, garbage_collection=false, fragmentation_fraction=0. memory_limit:
+//!   the option, else `--capacity`, else the limit the trace recorded (BFC captures record
+//!   it), else the device's total memory, else unlimited.
+//! - `tf`: `GPUBFCAllocator` as TensorFlow builds it (tensorflow/core/common_runtime/gpu/
+//!   gpu_device.cc `SingleVirtualDeviceMemoryLimit`, gpu_bfc_allocator.cc): preallocated
+//!   (allow_growth=false unless TF_FORCE_GPU_ALLOW_GROWTH / `allow_growth=true`), garbage
+//!   collection on (TF_ENABLE_GPU_GARBAGE_COLLECTION defaults to true), memory_limit = device
+//!   memory minus `MinSystemMemory` (225 MiB under 2 GiB; else 500 MiB for compute capability
+//!   <= 6, 1050 MiB for 7, 1536 MiB for 8, 1800 MiB from 9), or
+//!   `per_process_gpu_memory_fraction` x device memory.
+//! - `jax`: `xla::CreateBFCAllocator` (xla/pjrt/gpu/gpu_helpers.cc) with JAX's defaults
+//!   (XLA_PYTHON_CLIENT_PREALLOCATE=true, XLA_PYTHON_CLIENT_MEM_FRACTION=0.75): one region of
+//!   mem_fraction x device memory, no garbage collection; `preallocate=false` grows from 2 MiB
+//!   up to that limit; `allocator=platform` (XLA_PYTHON_CLIENT_ALLOCATOR=platform) is no BFC
+//!   at all but a cudaMalloc / cudaFree per buffer.
+
+use super::spec::PolicyContext;
+use crate::error::{Error, Result};
+use crate::units::{parse_capacity, Capacity};
+
+pub const MIB: u64 = 1 << 20;
+
+/// What a BFC allocator is built with (`BFCAllocator::BFCAllocator(sub_allocator,
+/// total_memory, name, opts)`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BfcSettings {
+    pub allow_growth: bool,
+    pub garbage_collection: bool,
+    /// `Options::fragmentation_fraction` (TF's `internal_fragmentation_fraction`); 0 = the
+    /// 128 MiB default.
+    pub fragmentation_fraction: f64,
+    /// `total_memory` of the constructor (memory_limit_); `None` = unlimited.
+    pub memory_limit: Option<u64>,
+}
+
+impl Default for BfcSettings {
+    fn default() -> Self {
+        BfcSettings { allow_growth: true, garbage_collection: false, fragmentation_fraction: 0.0, memory_limit: None }
+    }
+}
+
+/// A parsed spec of the family.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BfcSpec {
+    Bfc { name: String, settings: BfcSettings },
+    /// `jax:allocator=platform`: no caching.
+    Platform { name: String },
+}
+
+fn spec_err(msg: String) -> Error {
+    Error::PolicySpec(msg)
+}
+
+fn parse_bool(spec: &str, key: &str, v: &str) -> Result<bool> {
+    match v.trim() {
+        "true" | "True" | "1" => Ok(true),
+        "false" | "False" | "0" => Ok(false),
+        _ => Err(spec_err(format!("{spec}: {key} expects true or false, got '{v}'"))),
+    }
+}
+
+fn parse_fraction(spec: &str, key: &str, v: &str, max: f64) -> Result<f64> {
+    let f: f64 = v.trim().parse().map_err(|_| spec_err(format!("{spec}: {key} expects a number, got '{v}'")))?;
+    if !(f > 0.0 && f <= max) {
+        return Err(spec_err(format!("{spec}: {key} must be in (0, {max}], got {v}")));
+    }
+    Ok(f)
+}
+
+/// `key=value` or `key:value` items, comma separated.
+fn items<'a>(spec: &str, options: &'a str) -> Result<Vec<(&'a str, &'a str)>> {
+    options
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|item| match item.find(['=', ':']) {
+            Some(i) => Ok((item[..i].trim(), item[i + 1..].trim())),
+            None => Err(spec_err(format!("{spec}: option '{item}' has no value (expected key=value, e.g. allow_growth=true)"))),
+        })
+        .collect()
+}
+
+/// The device memory the presets take fractions of: `--capacity`, else the trace's total.
+fn device_memory(ctx: &PolicyContext) -> Option<u64> {
+    ctx.capacity.or_else(|| ctx.total_memory())
+}
+
+fn memory_limit_option(spec: &str, v: &str, ctx: &PolicyContext) -> Result<u64> {
+    match parse_capacity(v).map_err(|e| spec_err(format!("{spec}: memory_limit: {e}")))? {
+        Capacity::Bytes(b) => Ok(b),
+        Capacity::Fraction(f) => device_memory(ctx)
+            .map(|d| (d as f64 * f) as u64)
+            .ok_or_else(|| spec_err(format!("{spec}: memory_limit={v} is a fraction of device memory, which the trace does not record; give bytes (e.g. 80GiB) or --capacity"))),
+    }
+}
+
+/// TensorFlow's `MinSystemMemory(available_memory, cc_major)` (gpu_device.cc, release build).
+pub fn tf_min_system_memory(available: u64, cc_major: i64) -> u64 {
+    if available < (1 << 31) {
+        225 * MIB
+    } else if cc_major <= 6 {
+        500 * MIB
+    } else if cc_major <= 7 {
+        1050 * MIB
+    } else if cc_major <= 8 {
+        1536 * MIB
+    } else {
+        1800 * MIB
+    }
+}
+
+/// The compute capability major the trace recorded (xplane device planes), if any.
+fn cc_major(ctx: &PolicyContext) -> Option<i64> {
+    let cc = ctx.metadata.allocator_settings.get("compute_capability")?.as_str()?;
+    cc.split('.').next()?.parse().ok()
+}
+
+/// JAX's BFC limit: `total_memory * memory_fraction` (size_t of a double), rounded up to the
+/// 2 MiB granularity the recorded `bytes_limit` shows (jax 0.11.2 on an H200:
+/// 0.75 x 150,109,880,320 = 112,582,410,240 -> bytes_limit 112,583,507,968 = 107,368 MiB).
+pub fn jax_memory_limit(device_memory: u64, fraction: f64) -> u64 {
+    let raw = (device_memory as f64 * fraction) as u64;
+    raw.div_ceil(2 * MIB) * (2 * MIB)
+}
+
+const BFC_OPTIONS: &[&str] = &["allow_growth", "memory_limit", "garbage_collection", "fragmentation_fraction"];
+const TF_OPTIONS: &[&str] = &["allow_growth", "memory_limit", "garbage_collection", "fragmentation_fraction", "per_process_gpu_memory_fraction"];
+const JAX_OPTIONS: &[&str] = &["preallocate", "mem_fraction", "allocator", "memory_limit"];
+
+fn unknown(spec: &str, key: &str, valid: &[&str]) -> Error {
+    spec_err(format!("{spec}: unknown option '{key}'; valid options: {}", valid.join(", ")))
+}
+
+/// `bfc[:OPTIONS]`.
+pub fn parse_bfc(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
+    let spec = if options.is_empty() { "bfc".to_string() } else { format!("bfc:{options}") };
+    if options == "recorded" {
+        let s = recorded_settings(ctx)?;
+        return Ok(BfcSpec::Bfc { name: "bfc:recorded".into(), settings: s.settings });
+    }
+    let mut s = BfcSettings::default();
+    let mut limit = None;
+    for (k, v) in items(&spec, options)? {
+        match k {
+            "allow_growth" => s.allow_growth = parse_bool(&spec, k, v)?,
+            "garbage_collection" => s.garbage_collection = parse_bool(&spec, k, v)?,
+            "fragmentation_fraction" | "internal_fragmentation_fraction" => s.fragmentation_fraction = parse_fraction(&spec, k, v, 1.0)?,
+            "memory_limit" => limit = Some(memory_limit_option(&spec, v, ctx)?),
+            _ => return Err(unknown(&spec, k, BFC_OPTIONS)),
+        }
+    }
+    s.memory_limit = limit
+        .or(ctx.capacity)
+        .or_else(|| ctx.device.and_then(|d| d.memory_cap))
+        .or_else(|| ctx.total_memory());
+    if !s.allow_growth && s.memory_limit.is_none() {
+        return Err(spec_err(format!("{spec}: allow_growth=false preallocates memory_limit bytes, and no limit is known; give memory_limit= or --capacity")));
+    }
+    Ok(BfcSpec::Bfc { name: spec, settings: s })
+}
+
+/// `tf[:OPTIONS]`.
+pub fn parse_tf(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
+    let spec = if options.is_empty() { "tf".to_string() } else { format!("tf:{options}") };
+    let mut s = BfcSettings { allow_growth: false, garbage_collection: true, ..Default::default() };
+    let (mut limit, mut fraction) = (None, None);
+    for (k, v) in items(&spec, options)? {
+        match k {
+            "allow_growth" => s.allow_growth = parse_bool(&spec, k, v)?,
+            "garbage_collection" => s.garbage_collection = parse_bool(&spec, k, v)?,
+            "fragmentation_fraction" | "internal_fragmentation_fraction" => s.fragmentation_fraction = parse_fraction(&spec, k, v, 1.0)?,
+            "per_process_gpu_memory_fraction" => fraction = Some(parse_fraction(&spec, k, v, 1.0)?),
+            "memory_limit" => limit = Some(memory_limit_option(&spec, v, ctx)?),
+            _ => return Err(unknown(&spec, k, TF_OPTIONS)),
+        }
+    }
+    s.memory_limit = Some(match limit {
+        Some(l) => l,
+        None => {
+            let d = device_memory(ctx).ok_or_else(|| {
+                spec_err(format!("{spec}: TensorFlow's limit is device memory minus a reserve, and the trace does not record the device's memory; pass --capacity or memory_limit="))
+            })?;
+            match fraction {
+                // `total_memory * per_process_gpu_memory_fraction` (int64 of a double).
+                Some(f) => (d as f64 * f) as u64,
+                None => d.saturating_sub(tf_min_system_memory(d, cc_major(ctx).unwrap_or(9))),
+            }
+        }
+    });
+    Ok(BfcSpec::Bfc { name: spec, settings: s })
+}
+
+/// `jax[:OPTIONS]`.
+pub fn parse_jax(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
+    let spec = if options.is_empty() { "jax".to_string() } else { format!("jax:{options}") };
+    let (mut preallocate, mut fraction, mut limit, mut platform) = (true, 0.75, None, false);
+    for (k, v) in items(&spec, options)? {
+        match k {
+            "preallocate" => preallocate = parse_bool(&spec, k, v)?,
+            // Fractions above 1 oversubscribe with unified memory; allowed as upstream does.
+            "mem_fraction" => fraction = parse_fraction(&spec, k, v, 64.0)?,
+            "memory_limit" => limit = Some(memory_limit_option(&spec, v, ctx)?),
+            "allocator" => match v {
+                "default" | "bfc" => platform = false,
+                "platform" => platform = true,
+                "cuda_async" => return Err(spec_err(format!("{spec}: allocator=cuda_async is CUDA's stream-ordered allocator, not BFC; use its own policy"))),
+                _ => return Err(spec_err(format!("{spec}: allocator must be default, bfc or platform, got '{v}'"))),
+            },
+            _ => return Err(unknown(&spec, k, JAX_OPTIONS)),
+        }
+    }
+    if platform {
+        return Ok(BfcSpec::Platform { name: spec });
+    }
+    let limit = match limit {
+        Some(l) => l,
+        None => {
+            let d = device_memory(ctx).ok_or_else(|| {
+                spec_err(format!("{spec}: JAX's limit is mem_fraction x device memory, and the trace does not record the device's memory; pass --capacity or memory_limit="))
+            })?;
+            jax_memory_limit(d, fraction)
+        }
+    };
+    Ok(BfcSpec::Bfc {
+        name: spec,
+        settings: BfcSettings { allow_growth: !preallocate, garbage_collection: false, fragmentation_fraction: 0.0, memory_limit: Some(limit) },
+    })
+}
+
+/// The settings of the run that recorded a BFC trace, and how sure we are of each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedSettings {
+    pub settings: BfcSettings,
+    /// False when neither the allocator's kind nor the capture's environment says whether it
+    /// grew or was preallocated (a TF GPU capture without TF_FORCE_GPU_ALLOW_GROWTH in its
+    /// metadata: a session config may have set it); `settings.allow_growth` is then TF's
+    /// default (false) and `validate` tries both.
+    pub allow_growth_known: bool,
+    pub framework: Option<&'static str>,
+}
+
+fn env_of<'a>(ctx: &'a PolicyContext, key: &str) -> Option<&'a str> {
+    ctx.metadata.allocator_settings.get("env")?.get(key)?.as_str()
+}
+
+/// What a BFC trace recorded about its allocator: the name (`GPU_0_bfc`, `xla_gpu_host_bfc`,
+/// `bfc_cpu_allocator_for_gpu`), the limit its events imply (or the `.json`'s bytes_limit),
+/// the capture's environment, and the framework.
+pub fn recorded_settings(ctx: &PolicyContext) -> Result<RecordedSettings> {
+    let md = ctx.metadata;
+    let settings = &md.allocator_settings;
+    let Some(name) = settings.get("allocator_name").and_then(|v| v.as_str()) else {
+        return Err(spec_err(format!(
+            "bfc:recorded: the trace records no BFC allocator (source '{}'); name the settings, e.g. bfc:allow_growth=true,memory_limit=80GiB",
+            md.source
+        )));
+    };
+    let framework = match settings.get("framework").and_then(|v| v.as_str()) {
+        Some("jax") => Some("jax"),
+        Some("tf") => Some("tf"),
+        _ if name.starts_with("xla_") => Some("jax"),
+        _ => None,
+    };
+    let lower = name.to_ascii_lowercase();
+    let host = lower.contains("host") || lower.contains("cpu");
+    let truthy = |v: Option<&str>| v.map(|s| matches!(s.trim(), "true" | "True" | "1"));
+    let (allow_growth, known, gc) = if host {
+        // gpu_host_bfc / xla_gpu_host_bfc / bfc_cpu_allocator_for_gpu: allow_growth = true.
+        (true, true, false)
+    } else {
+        match framework {
+            Some("jax") => {
+                let prealloc = env_of(ctx, "XLA_PYTHON_CLIENT_PREALLOCATE").map(|v| !matches!(v.trim(), "false" | "False" | "0")).unwrap_or(true);
+                (!prealloc, true, false)
+            }
+            _ => {
+                let gc = env_of(ctx, "TF_ENABLE_GPU_GARBAGE_COLLECTION").map(|v| v.trim() != "false").unwrap_or(true);
+                match truthy(env_of(ctx, "TF_FORCE_GPU_ALLOW_GROWTH")) {
+                    Some(true) => (true, true, gc),
+                    _ => (false, false, gc),
+                }
+            }
+        }
+    };
+    let memory_limit = ctx
+        .device
+        .and_then(|d| d.memory_cap)
+        .or_else(|| settings.get("memory_limit").and_then(|v| v.as_u64()));
+    Ok(RecordedSettings {
+        settings: BfcSettings { allow_growth, garbage_collection: gc, fragmentation_fraction: 0.0, memory_limit },
+        allow_growth_known: known,
+        framework,
+    })
+}
+
+/// The explicit `bfc:` spec of some settings (so a replay can be repeated by name).
+pub fn spec_of(s: &BfcSettings) -> String {
+    let mut out = format!("bfc:allow_growth={},garbage_collection={}", s.allow_growth, s.garbage_collection);
+    if let Some(l) = s.memory_limit {
+        out.push_str(&format!(",memory_limit={l}"));
+    }
+    if s.fragmentation_fraction > 0.0 {
+        out.push_str(&format!(",fragmentation_fraction={}", s.fragmentation_fraction));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{DeviceInfo, TraceMetadata};
+
+    fn ctx_with<'a>(md: &'a TraceMetadata, dev: &'a DeviceInfo, capacity: Option<u64>) -> PolicyContext<'a> {
+        PolicyContext { metadata: md, device: Some(dev), capacity }
+    }
+
+    #[test]
+    fn tf_limit_is_device_memory_minus_the_compute_capability_reserve() {
+        // gpu_device.cc MinSystemMemory: >= 2 GiB and cc 9 -> 1800 MiB; cc 8 -> 1536 MiB.
+        let mut md = TraceMetadata::new("test");
+        let dev = DeviceInfo { index: 0, total_memory: Some(80 << 30), ..Default::default() };
+        md.allocator_settings = serde_json::json!({"compute_capability": "8.0"});
+        let BfcSpec::Bfc { settings, .. } = parse_tf("", &ctx_with(&md, &dev, None)).unwrap() else { panic!() };
+        assert_eq!(settings.memory_limit, Some((80 << 30) - 1536 * MIB));
+        assert!(!settings.allow_growth && settings.garbage_collection);
+        md.allocator_settings = serde_json::json!({"compute_capability": "9.0"});
+        let BfcSpec::Bfc { settings, .. } = parse_tf("allow_growth=true", &ctx_with(&md, &dev, None)).unwrap() else { panic!() };
+        assert_eq!(settings.memory_limit, Some((80 << 30) - 1800 * MIB));
+        assert!(settings.allow_growth);
+        // Under 2 GiB: 225 MiB whatever the capability.
+        assert_eq!(tf_min_system_memory(1 << 30, 9), 225 * MIB);
+        // per_process_gpu_memory_fraction: int64(total * fraction).
+        let BfcSpec::Bfc { settings, .. } = parse_tf("per_process_gpu_memory_fraction=0.5", &ctx_with(&md, &dev, None)).unwrap() else { panic!() };
+        assert_eq!(settings.memory_limit, Some(40 << 30));
+        // --capacity replaces the device's memory.
+        let BfcSpec::Bfc { settings, .. } = parse_tf("", &ctx_with(&md, &dev, Some(16 << 30))).unwrap() else { panic!() };
+        assert_eq!(settings.memory_limit, Some((16 << 30) - 1800 * MIB));
+        // An explicit memory_limit wins.
+        let BfcSpec::Bfc { settings, .. } = parse_tf("memory_limit=10GiB", &ctx_with(&md, &dev, Some(16 << 30))).unwrap() else { panic!() };
+        assert_eq!(settings.memory_limit, Some(10 << 30));
+    }
+
+    #[test]
+    fn jax_limit_is_the_fraction_rounded_up_to_2_mib() {
+        // The recorded H200 run: total 150,109,880,320 -> bytes_limit 112,583,507,968
+        // (jaxlm__default.json), i.e. 0.75 x total = 112,582,410,240 rounded up to 2 MiB.
+        assert_eq!(jax_memory_limit(150_109_880_320, 0.75), 112_583_507_968);
+        let md = TraceMetadata::new("test");
+        let dev = DeviceInfo { index: 0, total_memory: Some(64 << 30), ..Default::default() };
+        let BfcSpec::Bfc { settings, .. } = parse_jax("", &ctx_with(&md, &dev, None)).unwrap() else { panic!() };
+        assert_eq!(settings, BfcSettings { allow_growth: false, garbage_collection: false, fragmentation_fraction: 0.0, memory_limit: Some(48 << 30) });
+        let BfcSpec::Bfc { settings, .. } = parse_jax("preallocate=false,mem_fraction=0.5", &ctx_with(&md, &dev, None)).unwrap() else { panic!() };
+        assert!(settings.allow_growth);
+        assert_eq!(settings.memory_limit, Some(32 << 30));
+        assert!(matches!(parse_jax("allocator=platform", &ctx_with(&md, &dev, None)).unwrap(), BfcSpec::Platform { .. }));
+    }
+
+    #[test]
+    fn bad_options_name_the_valid_ones() {
+        let md = TraceMetadata::new("test");
+        let dev = DeviceInfo::default();
+        let ctx = ctx_with(&md, &dev, None);
+        match parse_bfc("alow_growth=true", &ctx) {
+            Err(Error::PolicySpec(m)) => assert!(m.contains("alow_growth") && m.contains("allow_growth"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(parse_bfc("allow_growth=maybe", &ctx), Err(Error::PolicySpec(_))));
+        assert!(matches!(parse_bfc("allow_growth", &ctx), Err(Error::PolicySpec(_))));
+        // tf/jax need device memory when no limit is given.
+        assert!(matches!(parse_tf("", &ctx), Err(Error::PolicySpec(m)) if m.contains("--capacity")));
+        assert!(matches!(parse_jax("", &ctx), Err(Error::PolicySpec(m)) if m.contains("--capacity")));
+        // bfc without any limit grows without bound; preallocating needs a limit.
+        let BfcSpec::Bfc { settings, .. } = parse_bfc("garbage_collection=true", &ctx).unwrap() else { panic!() };
+        assert_eq!(settings.memory_limit, None);
+        assert!(settings.allow_growth && settings.garbage_collection);
+        assert!(matches!(parse_bfc("allow_growth=false", &ctx), Err(Error::PolicySpec(m)) if m.contains("memory_limit")));
+        // `:` works like `=`.
+        let BfcSpec::Bfc { settings, .. } = parse_bfc("allow_growth:false,memory_limit:1GiB", &ctx).unwrap() else { panic!() };
+        assert_eq!((settings.allow_growth, settings.memory_limit), (false, Some(1 << 30)));
+    }
+}
