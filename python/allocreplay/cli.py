@@ -214,6 +214,15 @@ def _print_validation(r: dict[str, Any]) -> None:
         return f"{fmt(rep)} {mark} recorded {fmt(rec)}"
 
     rows = []
+    if "chunk_match" in r:
+        # A BFC trace (TensorFlow / JAX profiler capture): every event's chunk and bytes in use.
+        rows.append(("allocator", f"{r.get('allocator')} replayed as {r.get('policy')} (settings {r.get('settings_source')})"))
+        rows.append(("chunks as recorded", f"{r['chunk_match']:.4%} of {r.get('events', 0):,} events"))
+        rows.append(("bytes in use as recorded", f"{r['in_use_match']:.4%} of {r.get('events', 0):,} events"))
+        if "peak_in_use_replayed" in r:
+            rows.append(("peak in use", pair(r.get("peak_in_use_recorded"), r["peak_in_use_replayed"], _gib)))
+        if r.get("pool_bytes_recorded") is not None:
+            rows.append(("pool bytes", pair(r.get("pool_bytes_recorded"), r["pool_bytes_replayed"], _gib)))
     if "address_match" in r:
         rows.append(("allocations at the recorded address", f"{r['address_match']:.4%} of {r.get('allocs', 0):,}"))
     if "segment_events_match" in r:

@@ -19,9 +19,15 @@ pub fn validate_trace(trace: &Trace) -> Result<Value> {
             .into_iter()
             .map(|d| pytorch::validate_pytorch(trace, d).map(|v| serde_json::to_value(v).expect("serializes")))
             .collect::<Result<_>>()?,
+        // TensorFlow / JAX profiler captures: BFC's per-event chunk and in-use bytes.
+        "xplane" => trace
+            .devices()
+            .into_iter()
+            .map(|d| bfc::validate_bfc(trace, d, None).map(|v| serde_json::to_value(v).expect("serializes")))
+            .collect::<Result<_>>()?,
         other => {
             return Err(Error::InvalidArgument(format!(
-                "validate does not support traces from '{other}' yet: it needs the recorded decisions of a PyTorch snapshot"
+                "validate does not support traces from '{other}' yet: it needs the recorded decisions of a PyTorch snapshot or a BFC allocator's profiler events"
             )))
         }
     };
