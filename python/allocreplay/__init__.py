@@ -20,7 +20,9 @@ from allocreplay.errors import (
     TraceIOError,
     UnknownFormatError,
     UnsafePickleError,
+    CaptureError,
 )
+from allocreplay.capture import Capture, capture  # noqa: E402 - after _api: the module is shadowed by the function
 
 __all__ = [
     "__version__",
@@ -33,6 +35,8 @@ __all__ = [
     "validate",
     "parse_capacity",
     "validate_bfc",
+    "capture",
+    "Capture",
     "errors",
     "AllocReplayError",
     "TraceIOError",
@@ -43,4 +47,5 @@ __all__ = [
     "PolicySpecError",
     "InvalidArgumentError",
     "ReplayError",
+    "CaptureError",
 ]

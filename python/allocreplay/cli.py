@@ -1,4 +1,4 @@
-"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``.
+"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``, ``validate``, ``capture``.
 
 Every error — a bad file, a bad option — is one line on stderr, ``error: <file>: <what is
 wrong>``, and exit code 2; never a traceback.
@@ -238,6 +238,41 @@ def _print_validation(r: dict[str, Any]) -> None:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"  {k:<{width}}  {v}")
+
+
+@cli.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", "out", required=True, metavar="OUT.arrow", help="The trace to write; several devices give OUT_STEM.devN.arrow, one per device.")
+@click.option("--framework", type=click.Choice(["auto", "pytorch", "jax", "tf"]), default="auto", show_default=True, help="What to record: auto records whichever framework the command uses.")
+@click.option("--max-entries", type=click.IntRange(min=1), default=1_000_000, show_default=True, metavar="N", help="PyTorch: events the allocator's history keeps (the oldest beyond N are dropped; the trace is then seeded from the final state).")
+@click.option("--stacks", type=click.Choice(["python", "all", "none"]), default="python", show_default=True, help="PyTorch: stack of each allocation: Python frames, Python and C++ (slower), or none.")
+@click.option("--keep-raw", is_flag=True, help="Keep the raw captures (snapshot pickle, profiler directory, XLA dump, metadata .json) in OUT_STEM.raw/.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
+def capture_cmd(out: str, framework: str, max_entries: int, stacks: str, keep_raw: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND (python train.py ...) unchanged with allocation recording on from its first
+    allocation, and write what it recorded as an Arrow trace: PyTorch's allocator history
+    (dumped at exit, also after an exception or out-of-memory error), JAX's / TensorFlow's BFC
+    events through their profiler (for JAX with XLA's dumps of the compiled programs, kept in
+    OUT_STEM.xla_dump/), with the device, memory cap, allocator settings and versions that the
+    raw formats lack. Exit code: the command's (2 when nothing could be captured)."""
+    from allocreplay.capture import _runner
+
+    result = _runner.run(list(command), out, framework=framework, max_entries=max_entries, stacks=stacks, keep_raw=keep_raw)
+    outcome = result.outcome
+    for t in outcome.traces if outcome else []:
+        click.echo(t.describe(), err=True)
+    for note in outcome.notes if outcome else []:
+        click.echo(f"note: {' '.join(note.split())}", err=True)
+    for m in result.messages:
+        click.echo(" ".join(m.split()), err=True)
+    if result.xla_dump:
+        click.echo(f"{result.xla_dump}: XLA's optimized programs, with their buffer assignments", err=True)
+    if result.raw_dir:
+        click.echo(f"{result.raw_dir}: the raw captures", err=True)
+    if outcome and outcome.traces:
+        click.echo(f"check it: allocreplay validate {outcome.traces[0].path}", err=True)
+    if result.exit_code:
+        click.echo(f"the command exited with code {result.exit_code}", err=True)
+        sys.exit(result.exit_code)
 
 
 def main() -> None:
