@@ -4,9 +4,9 @@ land in the ``.xplane.pb``; ``stop_trace`` at the end, with each device's ``memo
 
 ``start_trace`` initializes the backends itself (``xla_bridge.get_backend()``), so starting it
 at ``import jax`` would create the GPU client before the script could call
-``jax.distributed.initialize()`` or set ``jax_platforms``. Instead ``xla_bridge.backends`` — the
-one function through which every backend is created — is wrapped, and the profiler starts right
-after the script's own first call has created them (before any buffer exists: the BFC
+``jax.distributed.initialize()`` or set ``jax_platforms``. Instead ``xla_bridge.backends`` and
+``get_backend`` — the functions through which the backends are created — are wrapped, and the
+profiler starts right after the script's own first call has created them (before any buffer exists: the BFC
 allocator's preallocated region is made at client creation without a trace event, as in the
 team's jax captures). The XLA dump flags are set by the command line, in the child's
 environment (``XLA_FLAGS`` is read when the backend is created).
@@ -14,10 +14,13 @@ environment (``XLA_FLAGS`` is read when the backend is created).
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
 from ._hook import FrameworkRecorder, log, write_json
+
+GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 
 class JaxRecorder(FrameworkRecorder):
@@ -29,6 +32,7 @@ class JaxRecorder(FrameworkRecorder):
         self.jax: Any = None
         self.logdir = self.path(f"jax-{session.pid}")
         self._starting = False
+        self._attempted = False
         self._restore: Any = None
 
     def on_import(self, jax: Any) -> None:
@@ -38,32 +42,64 @@ class JaxRecorder(FrameworkRecorder):
         if _initialized(xb) or not callable(getattr(xb, "backends", None)):
             self._start()
             return
-        original = xb.backends
+        # Every path to a backend goes through one of these module functions (looked up as
+        # module attributes by JAX's own code): after the first call that leaves the backends
+        # created, the originals are put back and the profiler starts.
         recorder = self
+        wrapped: list[tuple[str, Any, Any]] = []
 
-        def backends() -> Any:
-            result = original()
-            if not recorder._starting and recorder.status["recording"] is False:
-                recorder._starting = True
-                try:
-                    xb.backends = original
-                    recorder._start()
-                except Exception as e:  # noqa: BLE001 - never break the user's program
-                    recorder.status["reason"] = f"could not start the profiler: {type(e).__name__}: {e}"
-                    log(f"jax: {recorder.status['reason']}")
-                finally:
-                    recorder._starting = False
-                    recorder.session.write_manifest()
-            return result
+        def after_call() -> None:
+            # Nested wrapped calls (get_backend -> _get_backend_uncached -> backends) each end
+            # here: only the first one after the creation starts the profiler.
+            if recorder._starting or recorder._attempted or not _initialized(xb):
+                return
+            recorder._starting = recorder._attempted = True
+            try:
+                recorder._unwrap()
+                recorder._start()
+            except Exception as e:  # noqa: BLE001 - never break the user's program
+                recorder.status["reason"] = f"could not start the profiler: {type(e).__name__}: {e}"
+                log(f"jax: {recorder.status['reason']}")
+            finally:
+                recorder._starting = False
+                recorder.session.write_manifest()
 
-        xb.backends = backends
-        self._restore = (xb, original, backends)
+        for name in ("backends", "get_backend", "_get_backend_uncached"):
+            original = getattr(xb, name, None)
+            if not callable(original):
+                continue
+
+            def make(original: Any) -> Any:
+                @functools.wraps(original)
+                def wrapper(*args: Any, **kwargs: Any) -> Any:
+                    result = original(*args, **kwargs)
+                    after_call()
+                    return result
+
+                for attr in ("cache_clear", "cache_info"):  # functools.lru_cache's
+                    if hasattr(original, attr):
+                        setattr(wrapper, attr, getattr(original, attr))
+                return wrapper
+
+            wrapper = make(original)
+            setattr(xb, name, wrapper)
+            wrapped.append((name, original, wrapper))
+        self._restore = (xb, wrapped)
         self.status["reason"] = "waiting for JAX's backends"
+
+    def _unwrap(self) -> None:
+        if self._restore is None:
+            return
+        xb, wrapped = self._restore
+        for name, original, wrapper in wrapped:
+            if getattr(xb, name, None) is wrapper:
+                setattr(xb, name, original)
+        self._restore = None
 
     def _start(self) -> None:
         jax = self.jax
         devices = jax.local_devices()
-        gpus = [d for d in devices if d.platform in ("gpu", "cuda", "rocm")]
+        gpus = [d for d in devices if d.platform in GPU_PLATFORMS]
         self.status["gpu"] = bool(gpus)
         self.status["devices"] = [f"{d.platform}:{d.id} {getattr(d, 'device_kind', '')}".strip() for d in devices]
         if not gpus:
@@ -92,10 +128,7 @@ class JaxRecorder(FrameworkRecorder):
         self.session.keep_atexit_last()
 
     def finish(self) -> None:
-        if self._restore is not None:
-            xb, original, wrapper = self._restore
-            if xb.backends is wrapper:
-                xb.backends = original
+        self._unwrap()
         jax = self.jax
         if jax is None or not self.status["recording"]:
             if self.status["imported"] and self.status["reason"] == "waiting for JAX's backends":
@@ -114,7 +147,7 @@ class JaxRecorder(FrameworkRecorder):
         common["xla_dump"] = os.environ.get("ALLOCREPLAY_XLA_DUMP")
         devices: dict[str, str] = {}
         for d in jax.local_devices():
-            if d.platform not in ("gpu", "cuda", "rocm"):
+            if d.platform not in GPU_PLATFORMS:
                 continue
             stats = None
             try:

@@ -108,7 +108,7 @@ class TorchRecorder(FrameworkRecorder):
         pid = self.session.pid
         raw = self.path(f"torch-{pid}.pickle")
         with open(raw, "wb") as f:
-            pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(snapshot, f)  # as torch.cuda.memory._dump_snapshot writes it
         traces = snapshot.get("device_traces") or []
         used = sorted({i for i, t in enumerate(traces) if t} | {int(s.get("device", 0)) for s in snapshot.get("segments", [])})
         if not used:
