@@ -32,7 +32,7 @@ class JaxRecorder(FrameworkRecorder):
         self.jax: Any = None
         self.logdir = self.path(f"jax-{session.pid}")
         self._starting = False
-        self._attempted = False
+        self._tries = 0
         self._restore: Any = None
 
     def on_import(self, jax: Any) -> None:
@@ -43,23 +43,28 @@ class JaxRecorder(FrameworkRecorder):
             self._start()
             return
         # Every path to a backend goes through one of these module functions (looked up as
-        # module attributes by JAX's own code): after the first call that leaves the backends
-        # created, the originals are put back and the profiler starts.
+        # module attributes by JAX's own code). They call each other (get_backend ->
+        # _get_backend_uncached -> backends) and some are memoized against re-entry, so the
+        # profiler starts when the OUTERMOST wrapped call returns with the backends created:
+        # before the caller can put a buffer on them. A failed start is retried at the next
+        # outermost call (at most 3 tries); then the originals are put back.
         recorder = self
         wrapped: list[tuple[str, Any, Any]] = []
+        depth = [0]
 
-        def after_call() -> None:
-            # Nested wrapped calls (get_backend -> _get_backend_uncached -> backends) each end
-            # here: only the first one after the creation starts the profiler.
-            if recorder._starting or recorder._attempted or not _initialized(xb):
+        def after_outermost_call() -> None:
+            if recorder._starting or recorder.status["recording"] or not _initialized(xb):
                 return
-            recorder._starting = recorder._attempted = True
+            recorder._starting = True
+            recorder._tries += 1
             try:
-                recorder._unwrap()
                 recorder._start()
+                recorder._unwrap()
             except Exception as e:  # noqa: BLE001 - never break the user's program
                 recorder.status["reason"] = f"could not start the profiler: {type(e).__name__}: {e}"
-                log(f"jax: {recorder.status['reason']}")
+                if recorder._tries >= 3:
+                    recorder._unwrap()
+                    log(f"jax: {recorder.status['reason']}")
             finally:
                 recorder._starting = False
                 recorder.session.write_manifest()
@@ -72,8 +77,13 @@ class JaxRecorder(FrameworkRecorder):
             def make(original: Any) -> Any:
                 @functools.wraps(original)
                 def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    result = original(*args, **kwargs)
-                    after_call()
+                    depth[0] += 1
+                    try:
+                        result = original(*args, **kwargs)
+                    finally:
+                        depth[0] -= 1
+                    if depth[0] == 0:
+                        after_outermost_call()
                     return result
 
                 for attr in ("cache_clear", "cache_info"):  # functools.lru_cache's
