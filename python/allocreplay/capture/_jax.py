@@ -1,15 +1,22 @@
-"""JAX: the profiler (``jax.profiler.start_trace``) from the moment JAX's backends exist, so
-that the BFC allocators' ``MemoryAllocation`` / ``MemoryDeallocation`` events of the whole run
-land in the ``.xplane.pb``; ``stop_trace`` at the end, with each device's ``memory_stats()``.
+"""JAX: a profiler session from just before JAX creates its backends, so that the BFC
+allocators' ``MemoryAllocation`` / ``MemoryDeallocation`` events of the whole run land in the
+``.xplane.pb``; stopped and exported at the end, with each device's ``memory_stats()``.
 
-``start_trace`` initializes the backends itself (``xla_bridge.get_backend()``), so starting it
-at ``import jax`` would create the GPU client before the script could call
-``jax.distributed.initialize()`` or set ``jax_platforms``. Instead ``xla_bridge.backends`` and
-``get_backend`` — the functions through which the backends are created — are wrapped, and the
-profiler starts right after the script's own first call has created them (before any buffer exists: the BFC
-allocator's preallocated region is made at client creation without a trace event, as in the
-team's jax captures). The XLA dump flags are set by the command line, in the child's
-environment (``XLA_FLAGS`` is read when the backend is created).
+Where it starts. ``jax.profiler.start_trace`` first calls ``xla_bridge.get_backend()`` (the
+PJRT plugins' profilers must be registered before the session exists: the GPU allocator lives
+in the CUDA plugin, which records its events through its own tracer), so calling it at
+``import jax`` would create the GPU client before the script could call
+``jax.distributed.initialize()`` or choose its platforms, and calling it from inside a backend
+call re-enters ``get_backend``'s memoization (jax 0.11 refuses that). Instead the hook wraps
+``xla_bridge._discover_and_register_pjrt_plugins``, which ``xla_bridge.backends()`` calls first,
+before it creates any client: when it returns, the plugins are loaded and their profilers
+registered (``register_plugin`` -> ``_profiler.register_plugin_profiler``), and the session is
+created right there, as ``start_trace`` creates it (``_profiler.ProfilerSession(options)``).
+Nothing is allocated before. Older JAX without that function: ``start_trace`` once the first
+outermost backend call has returned.
+
+The XLA dump flags are set by the command line in the child's environment (``XLA_FLAGS`` is
+read when the backend is created).
 """
 
 from __future__ import annotations
@@ -23,6 +30,19 @@ from ._hook import FrameworkRecorder, log, write_json
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 
+def _options(make: Any) -> Any:
+    options = make()
+    # The BFC allocator's events are TraceMe instants at level kInfo (2): the host tracer
+    # must be at 2 or more. The device tracer gives the device plane (its memory size);
+    # Python tracing adds nothing to memory events and costs a lot.
+    for attr, value in (("host_tracer_level", 2), ("python_tracer_level", 0), ("device_tracer_level", 1)):
+        try:
+            setattr(options, attr, value)
+        except Exception:  # noqa: BLE001
+            pass
+    return options
+
+
 class JaxRecorder(FrameworkRecorder):
     name = "jax"
     module = "jax"
@@ -31,71 +51,60 @@ class JaxRecorder(FrameworkRecorder):
         super().__init__(session)
         self.jax: Any = None
         self.logdir = self.path(f"jax-{session.pid}")
+        self.profiler_session: Any = None  # ours, when created directly
         self._starting = False
         self._tries = 0
         self._restore: Any = None
 
+    # --- start
     def on_import(self, jax: Any) -> None:
         self.jax = jax
         from jax._src import xla_bridge as xb
 
-        if _initialized(xb) or not callable(getattr(xb, "backends", None)):
-            self._start()
+        if _initialized(xb):
+            self._start_trace()
             return
-        # Every path to a backend goes through one of these module functions (looked up as
-        # module attributes by JAX's own code). They call each other (get_backend ->
-        # _get_backend_uncached -> backends) and some are memoized against re-entry, so the
-        # profiler starts when the OUTERMOST wrapped call returns with the backends created:
-        # before the caller can put a buffer on them. A failed start is retried at the next
-        # outermost call (at most 3 tries); then the originals are put back.
-        recorder = self
+        discover = getattr(xb, "_discover_and_register_pjrt_plugins", None)
+        if callable(discover):
+            self._wrap(xb, ["_discover_and_register_pjrt_plugins"], self._before_backends)
+        else:
+            self._wrap(xb, ["backends", "get_backend", "_get_backend_uncached"], self._after_backends)
+        self.status["reason"] = "waiting for JAX's backends"
+
+    def _wrap(self, xb: Any, names: list[str], after: Any) -> None:
+        """Wraps module functions of ``xla_bridge`` (JAX's own code looks them up as module
+        attributes) so that ``after()`` runs when the outermost of them returns."""
         wrapped: list[tuple[str, Any, Any]] = []
         depth = [0]
 
-        def after_outermost_call() -> None:
-            if recorder._starting or recorder.status["recording"] or not _initialized(xb):
-                return
-            recorder._starting = True
-            recorder._tries += 1
-            try:
-                recorder._start()
-                recorder._unwrap()
-            except Exception as e:  # noqa: BLE001 - never break the user's program
-                recorder.status["reason"] = f"could not start the profiler: {type(e).__name__}: {e}"
-                if recorder._tries >= 3:
-                    recorder._unwrap()
-                    log(f"jax: {recorder.status['reason']}")
-            finally:
-                recorder._starting = False
-                recorder.session.write_manifest()
-
-        for name in ("backends", "get_backend", "_get_backend_uncached"):
-            original = getattr(xb, name, None)
-            if not callable(original):
-                continue
-
-            def make(original: Any) -> Any:
-                @functools.wraps(original)
-                def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    depth[0] += 1
+        def make(original: Any) -> Any:
+            @functools.wraps(original)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                depth[0] += 1
+                try:
+                    result = original(*args, **kwargs)
+                finally:
+                    depth[0] -= 1
+                if depth[0] == 0 and not self._starting:
+                    self._starting = True
                     try:
-                        result = original(*args, **kwargs)
+                        after(xb)
                     finally:
-                        depth[0] -= 1
-                    if depth[0] == 0:
-                        after_outermost_call()
-                    return result
+                        self._starting = False
+                return result
 
-                for attr in ("cache_clear", "cache_info"):  # functools.lru_cache's
-                    if hasattr(original, attr):
-                        setattr(wrapper, attr, getattr(original, attr))
-                return wrapper
+            for attr in ("cache_clear", "cache_info"):  # functools.lru_cache's
+                if hasattr(original, attr):
+                    setattr(wrapper, attr, getattr(original, attr))
+            return wrapper
 
-            wrapper = make(original)
-            setattr(xb, name, wrapper)
-            wrapped.append((name, original, wrapper))
+        for name in names:
+            original = getattr(xb, name, None)
+            if callable(original):
+                wrapper = make(original)
+                setattr(xb, name, wrapper)
+                wrapped.append((name, original, wrapper))
         self._restore = (xb, wrapped)
-        self.status["reason"] = "waiting for JAX's backends"
 
     def _unwrap(self) -> None:
         if self._restore is None:
@@ -106,37 +115,56 @@ class JaxRecorder(FrameworkRecorder):
                 setattr(xb, name, original)
         self._restore = None
 
-    def _start(self) -> None:
-        jax = self.jax
-        devices = jax.local_devices()
-        gpus = [d for d in devices if d.platform in GPU_PLATFORMS]
-        self.status["gpu"] = bool(gpus)
-        self.status["devices"] = [f"{d.platform}:{d.id} {getattr(d, 'device_kind', '')}".strip() for d in devices]
-        if not gpus:
-            self.status["reason"] = "no GPU: JAX sees only " + ", ".join(sorted({d.platform for d in devices}))
-            log(f"jax: {self.status['reason']}: nothing will be recorded in this process")
+    def _before_backends(self, xb: Any) -> None:
+        """Plugins registered, no client created yet: the session starts now."""
+        self._unwrap()
+        try:
+            from jax._src.lib import _profiler
+
+            for key, value in (("jax_version", self.jax.__version__),):
+                try:
+                    _profiler.set_metadata(key, value)
+                except Exception:  # noqa: BLE001 - older jaxlib: the .json says it
+                    pass
+            os.makedirs(self.logdir, exist_ok=True)
+            self.profiler_session = _profiler.ProfilerSession(_options(_profiler.ProfileOptions))
+            self._started()
+        except Exception as e:  # noqa: BLE001 - never break the user's program
+            self.status["reason"] = f"could not start the profiler: {type(e).__name__}: {e}"
+            log(f"jax: {self.status['reason']}")
+        self.session.write_manifest()
+
+    def _after_backends(self, xb: Any) -> None:
+        if self.status["recording"] or not _initialized(xb):
             return
-        options = None
+        self._tries += 1
+        try:
+            self._start_trace()
+            self._unwrap()
+        except Exception as e:  # noqa: BLE001 - retried at the next outermost call
+            self.status["reason"] = f"could not start the profiler: {type(e).__name__}: {e}"
+            if self._tries >= 3:
+                self._unwrap()
+                log(f"jax: {self.status['reason']}")
+        self.session.write_manifest()
+
+    def _start_trace(self) -> None:
+        """The backends exist already: ``jax.profiler.start_trace``."""
+        jax = self.jax
+        os.makedirs(self.logdir, exist_ok=True)
         make = getattr(jax.profiler, "ProfileOptions", None)
         if make is not None:
-            options = make()
-            # The BFC allocator's events are TraceMe instants at level kInfo (2): the host
-            # tracer must be at 2 or more. The device tracer gives the device plane (its
-            # memory size); Python tracing adds nothing to memory events and costs a lot.
-            for attr, value in (("host_tracer_level", 2), ("python_tracer_level", 0), ("device_tracer_level", 1)):
-                try:
-                    setattr(options, attr, value)
-                except Exception:  # noqa: BLE001
-                    pass
-        os.makedirs(self.logdir, exist_ok=True)
-        if options is not None:
-            jax.profiler.start_trace(self.logdir, profiler_options=options)
+            jax.profiler.start_trace(self.logdir, profiler_options=_options(make))
         else:
             jax.profiler.start_trace(self.logdir)
+        self._started()
+
+    def _started(self) -> None:
         self.status["recording"] = True
         self.status["reason"] = None
         self.session.keep_atexit_last()
 
+    # --- end
     def finish(self) -> None:
         self._unwrap()
         jax = self.jax
@@ -144,8 +172,25 @@ class JaxRecorder(FrameworkRecorder):
             if self.status["imported"] and self.status["reason"] == "waiting for JAX's backends":
                 self.status["reason"] = "the script never used a JAX device (the backends were not created)"
             return
-        jax.profiler.stop_trace()
+        if self.profiler_session is not None:
+            self.profiler_session.stop_and_export(self.logdir)
+            self.profiler_session = None
+        else:
+            jax.profiler.stop_trace()
         self.status["recording"] = False
+        from jax._src import xla_bridge as xb
+
+        if not _initialized(xb):  # never create the backends at exit
+            self.status["reason"] = "the script never used a JAX device (the backends were not created)"
+            return
+        local = jax.local_devices()
+        gpus = [d for d in local if d.platform in GPU_PLATFORMS]
+        self.status["gpu"] = bool(gpus)
+        self.status["devices"] = [f"{d.platform}:{d.id} {getattr(d, 'device_kind', '')}".strip() for d in local]
+        if not gpus:
+            self.status["reason"] = "no GPU: JAX saw only " + ", ".join(sorted({d.platform for d in local}))
+            log(f"jax: {self.status['reason']}: nothing recorded")
+            return
         common = self.session.base_meta(self.name)
         common["jax"] = jax.__version__
         try:
@@ -156,9 +201,7 @@ class JaxRecorder(FrameworkRecorder):
             pass
         common["xla_dump"] = os.environ.get("ALLOCREPLAY_XLA_DUMP")
         devices: dict[str, str] = {}
-        for d in jax.local_devices():
-            if d.platform not in GPU_PLATFORMS:
-                continue
+        for d in gpus:
             stats = None
             try:
                 stats = d.memory_stats()
