@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import allocreplay
-from conftest import run_clirunner, shared
+from conftest import TRACES, run_clirunner, shared
 
 FAKE_TORCH = Path(__file__).resolve().parent / "fake_torch"
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
@@ -385,3 +385,56 @@ def test_tf_without_gpu_or_bfc_says_so(tmp_path):
     assert run.code == 2
     last = run.err.strip().splitlines()[-1]
     assert last.startswith("error: no trace captured") and "TF_CPU_ALLOCATOR_USE_BFC=true" in last
+
+
+# --- the captures shipped in traces/ (made on the GPU machine by scripts/capture_examples.sh) -
+
+
+def _recorded_stats(md: dict) -> dict:
+    (stats,) = md["extra"]["recorded_stats"].values()
+    return stats
+
+
+@pytest.mark.parametrize("name", ["torch_train", "torch_train__expandable", "torch_oom"])
+def test_shipped_pytorch_captures_validate_against_their_runs_memory_stats(name):
+    path = TRACES / f"{name}.arrow"
+    md = allocreplay.load(path).metadata
+    cap = md["extra"]["capture"]
+    assert cap["captured_by"] == "allocreplay capture" and md["devices"][0]["name"] == "NVIDIA H200"
+    assert cap["alloc_conf"] == ("expandable_segments:True" if "expandable" in name else "")
+    truth = _recorded_stats(md)  # torch.cuda.memory_stats() of the real run, at its exit
+    report = validate(path)
+    assert report["ok"] is True and report["address_match"] == 1.0 and report["segment_events_match"] is True
+    assert report["peak_reserved_replayed"] == truth["reserved_bytes.all.peak"]
+    assert report["peak_allocated_replayed"] == truth["allocated_bytes.all.peak"]
+    assert report["num_alloc_retries_replayed"] == truth["num_alloc_retries"]
+    assert report["num_ooms_replayed"] == truth["num_ooms"]
+    if name == "torch_oom":
+        # The run died of an OOM under its 1 GiB cap (set_per_process_memory_fraction): the
+        # trace was still written, and the replay fails the same request after one retry.
+        assert md["devices"][0]["memory_cap"] == 1 << 30 and report["capacity"] == 1 << 30
+        assert cap["error"].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 48.00 MiB")
+        assert truth["num_ooms"] == 1 and truth["num_alloc_retries"] == 1
+
+
+@pytest.mark.parametrize("name", ["jax_train", "jax_train__noprealloc"])
+def test_shipped_jax_captures_validate_event_by_event(name):
+    path = TRACES / f"{name}.arrow"
+    trace = allocreplay.load(path)
+    md = trace.metadata
+    assert md["source"] == "xplane" and md["extra"]["allocator"] == "GPU_0_bfc"
+    assert md["seeded"] is False  # recorded from before the first allocation
+    truth = _recorded_stats(md)  # jax Device.memory_stats() of the real run, at its exit
+    report = validate(path)
+    assert report["ok"] is True and report["chunk_match"] == 1.0 and report["in_use_match"] == 1.0
+    assert report["events"] == trace.info()["events"] == 2092
+    assert report["peak_in_use_replayed"] == truth["peak_bytes_in_use"]
+    assert report["pool_bytes_replayed"] == truth["pool_bytes"]
+    # Preallocation takes the whole BFC limit up front; growing on demand takes what is used.
+    assert (truth["pool_bytes"] == truth["bytes_limit"]) == (name == "jax_train")
+
+
+def test_shipped_jax_capture_comes_with_its_programs():
+    dump = TRACES / "jax_train.xla_dump"
+    programs = sorted(p.name.split(".sm_")[0] for p in dump.glob("*.hlo.pb"))
+    assert programs == ["module_129013.jit_train_step", "module_9947.jit_train_step"]  # batch 256 and 512

@@ -95,8 +95,10 @@ def convert(raw_dir: str, out: str, *, keep_raw: bool, xla_dump: str | None = No
             for dev, meta in sorted(a.get("devices", {}).items()):
                 jobs.append(((a["framework"], int(m["pid"]), dev), a, os.path.join(raw_dir, meta)))
     if xla_dump is not None:
+        # Relative to the traces' directory: the trace and its dump move together.
+        rel = os.path.relpath(os.path.abspath(xla_dump), os.path.dirname(os.path.abspath(out)))
         for _, _, meta in jobs:
-            _set_json_key(meta, "xla_dump", xla_dump)
+            _set_json_key(meta, "xla_dump", rel)
     paths = output_paths(out, [k for k, _, _ in jobs])
     traces: list[Captured] = []
     for (key, artifact, meta), dest in zip(jobs, paths):
