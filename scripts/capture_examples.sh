@@ -14,7 +14,7 @@ PY=${PYTHON:-python3}
 AR=("$PY" -m allocreplay)
 EX=scripts/examples
 status=0
-mkdir -p "$DEST"
+mkdir -p "$DEST" "$DEST/multi"
 
 step() {
     echo "== $*"
@@ -53,6 +53,15 @@ step env PYTHONPATH="$EX${PYTHONPATH:+:$PYTHONPATH}" "$PY" $EX/torch_inprocess.p
 check "$DEST/torch_inprocess.arrow"
 step env PYTHONPATH="$EX${PYTHONPATH:+:$PYTHONPATH}" "$PY" $EX/jax_inprocess.py "$DEST/jax_inprocess.arrow"
 check "$DEST/jax_inprocess.arrow"
+
+# Several GPUs (when the machine has them): one trace per device. DistributedDataParallel, one
+# process per GPU under torchrun; JAX data-parallel in one process (one BFC allocator per GPU).
+NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+if [ "$NGPU" -ge 2 ]; then
+    step "${AR[@]}" capture -o "$DEST/multi/torch_ddp.arrow" -- "$PY" -m torch.distributed.run --nproc_per_node "$NGPU" $EX/torch_ddp.py
+    step "${AR[@]}" capture -o "$DEST/multi/jax_2gpu.arrow" -- "$PY" $EX/jax_2gpu.py
+    for f in "$DEST"/multi/*.arrow; do check "$f"; done
+fi
 
 for f in "$DEST"/*.arrow; do "${AR[@]}" info "$f" | sed -n '1,3p;/recorded peak/p'; done
 echo "status: $status"

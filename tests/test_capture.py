@@ -417,6 +417,21 @@ def test_shipped_pytorch_captures_validate_against_their_runs_memory_stats(name)
         assert truth["num_ooms"] == 1 and truth["num_alloc_retries"] == 1
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_shipped_ddp_captures_one_trace_per_device(rank):
+    # torchrun --nproc_per_node 2 on two H200s, captured with one command: each worker
+    # recorded its own device, the launcher (torch imported, no CUDA) nothing.
+    path = TRACES / f"torch_ddp.dev{rank}.arrow"
+    md = allocreplay.load(path).metadata
+    assert [d["index"] for d in md["devices"]] == [rank]
+    assert md["extra"]["capture"]["env"]["LOCAL_RANK"] == str(rank)
+    truth = _recorded_stats(md)
+    report = validate(path)
+    assert report["ok"] is True and report["device"] == rank and report["address_match"] == 1.0
+    assert report["peak_reserved_replayed"] == truth["reserved_bytes.all.peak"]
+    assert report["peak_allocated_replayed"] == truth["allocated_bytes.all.peak"]
+
+
 @pytest.mark.parametrize("name", ["jax_train", "jax_train__noprealloc"])
 def test_shipped_jax_captures_validate_event_by_event(name):
     path = TRACES / f"{name}.arrow"

@@ -87,10 +87,12 @@ def convert(raw_dir: str, out: str, *, keep_raw: bool, xla_dump: str | None = No
     manifests = read_manifests(raw_dir)
     notes: list[str] = []
     jobs: list[tuple[tuple[str, int, str], dict[str, Any], str]] = []
+    quiet: list[str] = []  # processes that imported a framework but never used a device (a launcher)
     for m in manifests:
         for name, st in m.get("frameworks", {}).items():
             if st.get("imported") and st.get("reason"):
-                notes.append(f"{name} (process {m['pid']}): {st['reason']}")
+                reason = f"{name} (process {m['pid']}): {st['reason']}"
+                (quiet if st["reason"].startswith("the script never used") else notes).append(reason)
         for a in m.get("artifacts", []):
             for dev, meta in sorted(a.get("devices", {}).items()):
                 jobs.append(((a["framework"], int(m["pid"]), dev), a, os.path.join(raw_dir, meta)))
@@ -116,6 +118,8 @@ def convert(raw_dir: str, out: str, *, keep_raw: bool, xla_dump: str | None = No
             notes.append(f"{fw} (process {pid}, device {dev}): the raw capture could not be imported: {e}" + ("" if keep_raw else " (pass --keep-raw to keep the raw files)"))
             continue
         traces.append(Captured(dest, fw, dev, pid, info))
+    if not traces:
+        notes += quiet
     return Outcome(traces, notes, manifests)
 
 
