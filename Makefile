@@ -18,8 +18,13 @@ test-rust:
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# Optional packages some tests need (CI: tensorflow-cpu, for the TensorFlow capture tests on the
+# CPU); without them those tests are skipped, and pytest's summary says why.
+TEST_EXTRAS ?=
+
 venv: $(PY)
 	$(PY) -m pip install --quiet "maturin>=1.5,<2" "pytest>=7" "polars>=1.10" "pyarrow>=15" "click>=8.1"
+	@if [ -n "$(TEST_EXTRAS)" ]; then $(PY) -m pip install --quiet $(TEST_EXTRAS) || echo "warning: could not install $(TEST_EXTRAS): the tests that need it will be skipped"; fi
 
 # Builds the extension (dev profile: dependencies at opt-level 2, shared with `cargo test`)
 # and installs the package into the virtualenv.

@@ -127,7 +127,7 @@ def test_unwritable_output_names_the_file(run_cli, tmp_path):
 
 
 def test_exception_hierarchy():
-    names = ["TraceIOError", "TraceFormatError", "UnsafePickleError", "UnknownFormatError", "SchemaError", "PolicySpecError", "InvalidArgumentError", "ReplayError"]
+    names = ["TraceIOError", "TraceFormatError", "UnsafePickleError", "UnknownFormatError", "SchemaError", "PolicySpecError", "InvalidArgumentError", "ReplayError", "CaptureError"]
     for n in names:
         cls = getattr(errors, n)
         assert issubclass(cls, errors.AllocReplayError) and cls is getattr(allocreplay, n)

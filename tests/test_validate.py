@@ -70,3 +70,20 @@ def test_validate_refuses_a_trace_without_recorded_decisions(tmp_path):
     run = run_subprocess("validate", out)
     assert run.code == 2
     assert run.err.count("\n") == 1 and "somewhere-else" in run.err
+
+
+def test_validate_takes_bfc_profiler_captures():
+    # The TF CPU capture (shared/traces/tf): every event records BFC's chunk and bytes in use
+    # after it; validate replays under the recorded settings and must match all 7,093 events
+    # (3,615 allocations + 3,478 frees, see shared/traces/README.md).
+    path = TRACES.parent.parent / "shared" / "traces" / "tf" / "kerascnn__bfc.xplane.pb"
+    assert path.is_file(), f"missing fixture {path}"
+    run = run_subprocess("validate", path, "--json")
+    assert run.code == 0, run.err
+    report = json.loads(run.out)
+    assert report["ok"] is True
+    assert report["events"] == 3615 + 3478
+    assert report["chunk_match"] == 1.0 and report["in_use_match"] == 1.0
+    assert report["peak_in_use_replayed"] == report["peak_in_use_recorded"]
+    readable = run_subprocess("validate", path)
+    assert readable.code == 0 and "bfc_cpu_allocator_for_gpu" in readable.out and "OK" in readable.out

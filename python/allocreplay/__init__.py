@@ -20,7 +20,9 @@ from allocreplay.errors import (
     TraceIOError,
     UnknownFormatError,
     UnsafePickleError,
+    CaptureError,
 )
+from allocreplay.capture import Capture, capture  # noqa: E402 - after _api: the module is shadowed by the function
 
 __all__ = [
     "__version__",
@@ -35,6 +37,8 @@ __all__ = [
     "offline",
     "parse_capacity",
     "validate_bfc",
+    "capture",
+    "Capture",
     "errors",
     "AllocReplayError",
     "TraceIOError",
@@ -45,4 +49,5 @@ __all__ = [
     "PolicySpecError",
     "InvalidArgumentError",
     "ReplayError",
+    "CaptureError",
 ]

@@ -1,4 +1,4 @@
-"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``, ``plan``.
+"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``, ``validate``, ``plan``, ``capture``.
 
 Every error — a bad file, a bad option — is one line on stderr, ``error: <file>: <what is
 wrong>``, and exit code 2; never a traceback.
@@ -234,15 +234,17 @@ def _print_validation(r: dict[str, Any]) -> None:
         return f"{fmt(rep)} {mark} recorded {fmt(rec)}"
 
     rows = []
+    if "chunk_match" in r:
+        # A BFC trace (TensorFlow / JAX profiler capture): every event's chunk and bytes in use.
+        rows.append(("allocator", f"{r.get('allocator')} replayed as {r.get('policy')} (settings {r.get('settings_source')})"))
+        rows.append(("chunks as recorded", f"{r['chunk_match']:.4%} of {r.get('events', 0):,} events"))
+        rows.append(("bytes in use as recorded", f"{r['in_use_match']:.4%} of {r.get('events', 0):,} events"))
+        if "peak_in_use_replayed" in r:
+            rows.append(("peak in use", pair(r.get("peak_in_use_recorded"), r["peak_in_use_replayed"], _gib)))
+        if r.get("pool_bytes_recorded") is not None:
+            rows.append(("pool bytes", pair(r.get("pool_bytes_recorded"), r["pool_bytes_replayed"], _gib)))
     if "address_match" in r:
         rows.append(("allocations at the recorded address", f"{r['address_match']:.4%} of {r.get('allocs', 0):,}"))
-    if "chunk_match" in r:
-        rows.append(("chunk sizes as recorded", f"{r['chunk_match']:.4%} of {r.get('events', 0):,} events"))
-        rows.append(("bytes in use as recorded", f"{r['in_use_match']:.4%}"))
-    if "peak_in_use_replayed" in r:
-        rows.append(("peak in use", pair(r.get("peak_in_use_recorded"), r["peak_in_use_replayed"], _gib)))
-    if "pool_bytes_replayed" in r:
-        rows.append(("pool bytes", pair(r.get("pool_bytes_recorded"), r["pool_bytes_replayed"], _gib)))
     if "segment_events_match" in r:
         rows.append(("segment events", ("identical" if r["segment_events_match"] else f"differ from #{r.get('first_segment_mismatch')}") + f" ({r.get('segment_events_recorded', 0):,} recorded, {r.get('segment_events_replayed', 0):,} replayed)"))
     if "peak_reserved_replayed" in r:
@@ -274,6 +276,41 @@ def plan_cmd(dump_dir: str, as_json: bool) -> None:
         for r in plans.iter_rows(named=True)
     ]
     click.echo(_table(rows, header))
+
+
+@cli.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", "out", required=True, metavar="OUT.arrow", help="The trace to write; several devices give OUT_STEM.devN.arrow, one per device.")
+@click.option("--framework", type=click.Choice(["auto", "pytorch", "jax", "tf"]), default="auto", show_default=True, help="What to record: auto records whichever framework the command uses.")
+@click.option("--max-entries", type=click.IntRange(min=1), default=1_000_000, show_default=True, metavar="N", help="PyTorch: events the allocator's history keeps (the oldest beyond N are dropped; the trace is then seeded from the final state).")
+@click.option("--stacks", type=click.Choice(["python", "all", "none"]), default="python", show_default=True, help="PyTorch: stack of each allocation: Python frames, Python and C++ (slower), or none.")
+@click.option("--keep-raw", is_flag=True, help="Keep the raw captures (snapshot pickle, profiler directory, XLA dump, metadata .json) in OUT_STEM.raw/.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
+def capture_cmd(out: str, framework: str, max_entries: int, stacks: str, keep_raw: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND (python train.py ...) unchanged with allocation recording on from its first
+    allocation, and write what it recorded as an Arrow trace: PyTorch's allocator history
+    (dumped at exit, also after an exception or out-of-memory error), JAX's / TensorFlow's BFC
+    events through their profiler (for JAX with XLA's dumps of the compiled programs, kept in
+    OUT_STEM.xla_dump/), with the device, memory cap, allocator settings and versions that the
+    raw formats lack. Exit code: the command's (2 when nothing could be captured)."""
+    from allocreplay.capture import _runner
+
+    result = _runner.run(list(command), out, framework=framework, max_entries=max_entries, stacks=stacks, keep_raw=keep_raw)
+    outcome = result.outcome
+    for t in outcome.traces if outcome else []:
+        click.echo(t.describe(), err=True)
+    for note in outcome.notes if outcome else []:
+        click.echo(f"note: {' '.join(note.split())}", err=True)
+    for m in result.messages:
+        click.echo(" ".join(m.split()), err=True)
+    if result.xla_dump:
+        click.echo(f"{result.xla_dump}: XLA's optimized programs, with their buffer assignments", err=True)
+    if result.raw_dir:
+        click.echo(f"{result.raw_dir}: the raw captures", err=True)
+    if outcome and outcome.traces:
+        click.echo(f"check it: allocreplay validate {outcome.traces[0].path}", err=True)
+    if result.exit_code:
+        click.echo(f"the command exited with code {result.exit_code}", err=True)
+        sys.exit(result.exit_code)
 
 
 def main() -> None:

@@ -402,6 +402,38 @@ mod tests {
         b.finish(md, FrameTable::default()).unwrap()
     }
 
+    /// Device 0: alloc a=3000 B (3 KiB), then the real allocator failed a request of 6144 B
+    /// (an `oom` entry), then a is freed.
+    fn oom_trace(total: u64) -> Trace {
+        let mut b = TraceBuilder::with_capacity(4);
+        let mut a = EventRow::new(Action::Alloc, 3000);
+        a.alloc_id = Some(0);
+        b.push(&a);
+        b.push(&EventRow::new(Action::Oom, 6144));
+        a.action = Action::FreeRequested;
+        b.push(&a);
+        a.action = Action::FreeCompleted;
+        b.push(&a);
+        let mut md = TraceMetadata::new("test");
+        md.devices = vec![DeviceInfo { index: 0, total_memory: Some(total), ..Default::default() }];
+        b.finish(md, FrameTable::default()).unwrap()
+    }
+
+    #[test]
+    fn a_recorded_oom_is_replayed_as_its_request() {
+        let req = ReplayRequest { policies: vec!["one_per_request".into()], threads: 1, ..Default::default() };
+        // 8 KiB: 3 KiB live + 6 KiB does not fit: the replay fails it as the real run did.
+        let s = summary_batch(&replay_with(&oom_trace(8192), &req, &factory).unwrap());
+        assert_eq!(col_u64(&s, "num_ooms"), vec![Some(1)]);
+        assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(1)]);
+        assert_eq!(col_u64(&s, "peak_reserved_bytes"), vec![Some(3072)]);
+        // 16 KiB: served (peak 3 KiB + 6 KiB) and handed straight back; no OOM.
+        let s = summary_batch(&replay_with(&oom_trace(16384), &req, &factory).unwrap());
+        assert_eq!(col_u64(&s, "num_ooms"), vec![Some(0)]);
+        assert_eq!(col_u64(&s, "first_oom_event"), vec![None]);
+        assert_eq!(col_u64(&s, "peak_reserved_bytes"), vec![Some(9216)]);
+    }
+
     fn col_u64(b: &RecordBatch, name: &str) -> Vec<Option<u64>> {
         b.column_by_name(name).unwrap().as_primitive::<UInt64Type>().iter().collect()
     }

@@ -91,6 +91,8 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
     // its frees are no-ops.
     let max_id = c.alloc_id.iter().copied().max().unwrap_or(0) as usize;
     let mut failed = vec![false; if n == 0 { 0 } else { max_id + 1 }];
+    // The id under which a recorded OOM's request is replayed (no real allocation has it).
+    let oom_id = max_id as u64 + 1;
     let mut first_oom = None;
     let mut timeline = Vec::new();
     let mut placements = Vec::new();
@@ -145,6 +147,28 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
                 let id = c.alloc_id[i];
                 if c.alloc_id_valid(i) && !failed[id as usize] {
                     policy.free_completed(id, &mut dev);
+                }
+            }
+            // c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: when no block
+            // could be found or made, even after freeing the cache and retrying, the allocator
+            // records TraceEntry::OOM with the request's (rounded) size and throws. The request
+            // is replayed: the policy must fail it too. One that serves it hands the block
+            // straight back, since the caller got an exception and holds nothing.
+            Action::Oom if !seed => {
+                events += 1;
+                let req = Request { event: i, id: oom_id, size: c.size[i], stream: c.stream[i], pool: c.pool[i], recorded_addr: None, recorded_chunk: None };
+                dev.request_hint = None;
+                match policy.malloc(&req, &mut dev) {
+                    Ok(_) => {
+                        policy.free_requested(oom_id, &mut dev);
+                        policy.free_completed(oom_id, &mut dev);
+                    }
+                    Err(oom) => {
+                        if first_oom.is_none() {
+                            let s = policy.stats();
+                            first_oom = Some(FirstOom { event: i, requested: req.size, alloc_size: oom.alloc_size, allocated: s.allocated, reserved: s.reserved });
+                        }
+                    }
                 }
             }
             Action::SegmentAlloc | Action::SegmentMap => {

@@ -19,6 +19,7 @@ pub fn validate_trace(trace: &Trace) -> Result<Value> {
             .into_iter()
             .map(|d| pytorch::validate_pytorch(trace, d).map(|v| serde_json::to_value(v).expect("serializes")))
             .collect::<Result<_>>()?,
+        // TensorFlow / JAX profiler captures: BFC's per-event chunk and in-use bytes.
         "xplane" => trace
             .devices()
             .into_iter()

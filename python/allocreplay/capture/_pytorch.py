@@ -1,0 +1,182 @@
+"""PyTorch: ``torch.cuda.memory._record_memory_history`` from CUDA's initialization on, and
+``torch.cuda.memory._snapshot()`` at the end, with the metadata the snapshot lacks.
+
+Recording starts inside ``torch.cuda._lazy_init`` (a call queued with ``torch.cuda._lazy_call``,
+as ``torch.cuda.manual_seed`` queues its own): after ``torch._C._cuda_init()`` has created the
+caching allocator's per-device allocators and before the first allocation, without
+initializing CUDA earlier than the script would (which would break scripts that fork, or that
+choose their devices after importing torch).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any
+
+from ._hook import FrameworkRecorder, log, write_json
+
+
+class TorchRecorder(FrameworkRecorder):
+    name = "pytorch"
+    module = "torch"
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(session)
+        self.torch: Any = None
+        self.fractions: dict[int, float] = {}
+
+    # --- start
+    def on_import(self, torch: Any) -> None:
+        self.torch = torch
+        self._watch_memory_fraction()
+        try:
+            available = bool(torch.cuda.is_available())
+        except Exception:  # noqa: BLE001
+            available = False
+        self.status["gpu"] = available
+        if not available:
+            self.status["reason"] = "no GPU: torch.cuda.is_available() is False" + (
+                f" (CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r})" if "CUDA_VISIBLE_DEVICES" in os.environ else ""
+            )
+            log(f"pytorch: {self.status['reason']}: nothing will be recorded in this process")
+            return
+        if torch.cuda.is_initialized() or not hasattr(torch.cuda, "_lazy_call"):
+            self._record()
+        else:
+            torch.cuda._lazy_call(self._record_quietly)
+            self.status["reason"] = "waiting for CUDA's initialization"
+
+    def _record_quietly(self) -> None:
+        # Runs inside torch.cuda._lazy_init: an exception here would become the script's
+        # DeferredCudaCallError, so it is reported and swallowed.
+        try:
+            self._record()
+        except Exception as e:  # noqa: BLE001
+            self.status["reason"] = f"could not start recording: {type(e).__name__}: {e}"
+            log(f"pytorch: {self.status['reason']}")
+        self.session.write_manifest()
+
+    def _record(self) -> None:
+        torch = self.torch
+        stacks = self.session.config.stacks
+        kwargs: dict[str, Any] = {"max_entries": self.session.config.max_entries}
+        if stacks == "none":
+            kwargs.update(context=None)
+        else:
+            kwargs.update(context="all", stacks=stacks)
+        torch.cuda.memory._record_memory_history(**kwargs)
+        self.status["recording"] = True
+        self.status["reason"] = None
+        self.status["record_memory_history"] = kwargs
+        self.session.keep_atexit_last()
+
+    def _watch_memory_fraction(self) -> None:
+        """Remember what ``set_per_process_memory_fraction`` is given: the memory cap of the
+        caching allocator (``allowed_memory_maximum = fraction * total``), in case this torch
+        cannot report it back (``get_per_process_memory_fraction`` is recent)."""
+        memory = self.torch.cuda.memory
+        original = getattr(memory, "set_per_process_memory_fraction", None)
+        if original is None or getattr(original, "_allocreplay", False):
+            return
+        recorder = self
+
+        def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+            original(fraction, device)
+            try:
+                index = recorder.torch.cuda._utils._get_device_index(device, optional=True) if device is not None else recorder.torch.cuda.current_device()
+                recorder.fractions[int(index)] = float(fraction)
+            except Exception:  # noqa: BLE001
+                pass
+
+        set_per_process_memory_fraction._allocreplay = True  # type: ignore[attr-defined]
+        set_per_process_memory_fraction.__doc__ = original.__doc__
+        memory.set_per_process_memory_fraction = set_per_process_memory_fraction
+        if getattr(self.torch.cuda, "set_per_process_memory_fraction", None) is original:
+            self.torch.cuda.set_per_process_memory_fraction = set_per_process_memory_fraction
+
+    # --- end
+    def finish(self) -> None:
+        torch = self.torch
+        if torch is None or not self.status["recording"]:
+            if self.status["imported"] and self.status["gpu"] and self.status["reason"] == "waiting for CUDA's initialization":
+                self.status["reason"] = "the script never used the GPU (CUDA was not initialized)"
+            return
+        snapshot = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        self.status["recording"] = False
+        pid = self.session.pid
+        raw = self.path(f"torch-{pid}.pickle")
+        with open(raw, "wb") as f:
+            pickle.dump(snapshot, f)  # as torch.cuda.memory._dump_snapshot writes it
+        traces = snapshot.get("device_traces") or []
+        used = sorted({i for i, t in enumerate(traces) if t} | {int(s.get("device", 0)) for s in snapshot.get("segments", [])})
+        if not used:
+            self.status["reason"] = "the allocator recorded no event (no CUDA memory was allocated)"
+            self.artifacts.append({"framework": self.name, "kind": "pytorch_snapshot", "raw": os.path.basename(raw), "devices": {}})
+            return
+        stats = {d: _plain(torch.cuda.memory_stats(d)) for d in used}
+        common = self.session.base_meta(self.name)
+        conf_var = next((v for v in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if v in os.environ), None)
+        common.update(
+            {
+                "torch": torch.__version__,
+                "cuda": getattr(torch.version, "cuda", None),
+                "alloc_conf": os.environ.get(conf_var, "") if conf_var else "",
+                "alloc_conf_variable": conf_var,
+                "allocator_backend": _try(torch.cuda.get_allocator_backend),
+                "allocator_settings": snapshot.get("allocator_settings"),
+                "max_entries": self.session.config.max_entries,
+                "stacks": self.session.config.stacks,
+            }
+        )
+        devices: dict[str, str] = {}
+        for d in used:
+            props = torch.cuda.get_device_properties(d)
+            total = int(props.total_memory)
+            fraction = self._fraction(d)
+            # c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::setMemoryFraction:
+            # allowed_memory_maximum = static_cast<size_t>(fraction * device_total).
+            cap = int(fraction * total) if fraction is not None and fraction < 1.0 else 0
+            meta = dict(common)
+            meta.update(
+                {
+                    "device": d,
+                    "device_name": props.name,
+                    "device_total_bytes": total,
+                    "device_uuid": str(getattr(props, "uuid", "")) or None,
+                    "compute_capability": f"{props.major}.{props.minor}",
+                    "memory_fraction": fraction,
+                    "cap_bytes": cap,
+                    "trace_entries": len(traces[d]) if d < len(traces) else 0,
+                    "max_entries_reached": d < len(traces) and len(traces[d]) >= self.session.config.max_entries,
+                    "memory_stats_per_device": {str(d): stats[d]},
+                }
+            )
+            if len(used) == 1:
+                meta["memory_stats"] = stats[d]
+            path = self.path(f"torch-{pid}-dev{d}.json")
+            write_json(path, meta)
+            devices[str(d)] = os.path.basename(path)
+        self.artifacts.append({"framework": self.name, "kind": "pytorch_snapshot", "raw": os.path.basename(raw), "devices": devices})
+
+    def _fraction(self, device: int) -> float | None:
+        get = getattr(self.torch.cuda, "get_per_process_memory_fraction", None)
+        if get is not None:
+            try:
+                return float(get(device))
+            except Exception:  # noqa: BLE001
+                pass
+        return self.fractions.get(device)
+
+
+def _try(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _plain(stats: Any) -> dict[str, Any]:
+    # memory_stats() is an OrderedDict of ints (and one nested dict in recent versions).
+    return {str(k): (_plain(v) if isinstance(v, dict) else v) for k, v in dict(stats).items()}
