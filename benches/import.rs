@@ -8,7 +8,8 @@
 //!    (each copy's addresses shifted apart and its times after the previous copy's, the last
 //!    copy at the recorded addresses so that the final `segments` match it), re-pickled the
 //!    way Python's pickler writes it (protocol 4, objects shared in the source shared through
-//!    the memo; each copied entry and its `frames` list written anew).
+//!    the memo; each copied entry written anew, and each copy's `frames` lists written anew
+//!    and shared within the copy as in the capture: a block's alloc and frees share one).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,10 @@ struct Writer<'p, 'a> {
     /// Memo ids of the source's shared objects, by (kind, arena index).
     memo: HashMap<(u8, u32), u32>,
     next_memo: u32,
+    /// Memo ids of the `frames` lists written for the current copy: in a capture, an
+    /// allocation and its frees share one frames list (one list per block, not per entry).
+    copy_lists: HashMap<u32, u32>,
+    copy: usize,
 }
 
 /// Identity of a shared object of the source pickle.
@@ -60,7 +65,7 @@ fn key(v: Value) -> Option<(u8, u32)> {
 
 impl<'p, 'a> Writer<'p, 'a> {
     fn new(p: &'p Pickle<'a>) -> Self {
-        Writer { p, out: vec![0x80, 4], memo: HashMap::new(), next_memo: 0 }
+        Writer { p, out: vec![0x80, 4], memo: HashMap::new(), next_memo: 0, copy_lists: HashMap::new(), copy: 0 }
     }
 
     fn memoize(&mut self, v: Value) {
@@ -185,9 +190,13 @@ impl<'p, 'a> Writer<'p, 'a> {
         }
     }
 
-    /// A history entry written anew (a new dict and a new frames list, as a longer capture
-    /// would hold), with its address and time shifted.
-    fn entry(&mut self, e: Value, addr_shift: u64, time_shift: i64) {
+    /// A history entry written anew (a new dict, and a new frames list per copy, as a longer
+    /// capture would hold), with its address and time shifted.
+    fn entry(&mut self, e: Value, copy: usize, addr_shift: u64, time_shift: i64) {
+        if copy != self.copy {
+            self.copy = copy;
+            self.copy_lists.clear();
+        }
         self.out.push(b'}');
         self.next_memo += 1;
         self.out.push(0x94);
@@ -202,7 +211,13 @@ impl<'p, 'a> Writer<'p, 'a> {
                     self.int(if action == "oom" { a } else { a + addr_shift as i64 })
                 }
                 (Some("time_us"), Value::Int(t)) => self.int(t + time_shift),
-                (Some("frames"), Value::List(_)) => {
+                (Some("frames"), Value::List(l)) => {
+                    if let Some(&m) = self.copy_lists.get(&l) {
+                        self.out.push(b'j');
+                        self.out.extend(m.to_le_bytes());
+                        continue;
+                    }
+                    self.copy_lists.insert(l, self.next_memo);
                     self.out.push(b']');
                     self.next_memo += 1;
                     self.out.push(0x94);
@@ -243,7 +258,7 @@ fn synthesize(data: &[u8], copies: usize) -> Vec<u8> {
                 let all: Vec<(Value, usize)> = (0..copies).flat_map(|c| entries.iter().map(move |&e| (e, c))).collect();
                 w.list_items(&all, |w, (e, c)| {
                     let back = (copies - 1 - c) as u64;
-                    w.entry(e, back << 40, -(back as i64) * span)
+                    w.entry(e, c, back << 40, -(back as i64) * span)
                 });
             }
             w.out.push(b'e');

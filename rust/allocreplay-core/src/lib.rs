@@ -3,6 +3,7 @@
 
 pub mod engine;
 pub mod error;
+pub(crate) mod hash;
 pub mod import;
 pub mod offline;
 pub mod policy;

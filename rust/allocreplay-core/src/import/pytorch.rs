@@ -5,6 +5,8 @@
 //! the metadata verbatim.
 
 use std::collections::{BTreeMap, HashMap};
+
+use crate::hash::FxHashMap;
 use std::path::Path;
 
 use super::pickle::{self, Pickle, PickleError, Value};
@@ -97,7 +99,8 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
 
     let total: usize = traces.iter().map(|&t| p.list(t).map_or(0, |l| l.len())).sum();
     let mut out = TraceBuilder::with_capacity(total + 64);
-    let mut frames = FrameInterner::default();
+    let mut frames = Stacks::new(&p);
+    let mut classes = StrClasses::new(&p);
     let mut next_id: u64 = 0;
     let mut devices_seen = Vec::new();
     let mut seeded = false;
@@ -111,8 +114,8 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
             continue;
         }
         devices_seen.push(dev);
-        let parsed = parse_entries(&p, entries, dev, path)?;
-        seeded |= import_device(&p, &parsed, entries, &dev_finals, dev, &mut out, &mut frames, &mut next_id, &mut chunks);
+        let parsed = parse_entries(&p, entries, dev, path, &mut classes)?;
+        seeded |= import_device(&p, &parsed, &dev_finals, dev, &mut out, &mut frames, &mut next_id, &mut chunks);
     }
     // Devices in the segments with no history at all.
     for s in &finals {
@@ -164,7 +167,7 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
         let field = crate::trace::schema::optional_field("chunk_bytes").expect("known column");
         out.add_column(field, std::sync::Arc::new(arrow_array::UInt64Array::from(col)));
     }
-    out.finish(metadata, frames.finish())
+    out.finish(metadata, frames.interner.finish())
 }
 
 /// One history entry, decoded.
@@ -174,26 +177,76 @@ struct Entry {
     size: u64,
     stream: i64,
     time_ns: Option<i64>,
+    /// The entry's `frames` list (Value::None when absent).
+    frames: Value,
 }
 
-fn parse_entries(p: &Pickle, entries: &[Value], dev: i32, path: &Path) -> Result<Vec<Entry>> {
+/// What a string of the pickle is to the entry decoder, decided once per string object: the
+/// pickler memoizes dict keys and action names, so the same few objects recur in every entry.
+struct StrClasses {
+    class: Vec<u8>,
+}
+
+const S_UNSEEN: u8 = 0;
+const S_OTHER: u8 = 1;
+const S_ACTION: u8 = 2;
+const S_ADDR: u8 = 3;
+const S_SIZE: u8 = 4;
+const S_STREAM: u8 = 5;
+const S_TIME_US: u8 = 6;
+const S_FRAMES: u8 = 7;
+/// `S_ACTION_NAME | code`: the name of an `Action`.
+const S_ACTION_NAME: u8 = 0x80;
+
+impl StrClasses {
+    fn new(p: &Pickle) -> Self {
+        StrClasses { class: vec![S_UNSEEN; p.str_count()] }
+    }
+
+    #[inline]
+    fn of(&mut self, p: &Pickle, v: Value) -> u8 {
+        let Value::Str(i) = v else { return S_OTHER };
+        let c = self.class[i as usize];
+        if c != S_UNSEEN {
+            return c;
+        }
+        let c = match p.str(v).unwrap_or("") {
+            "action" => S_ACTION,
+            "addr" => S_ADDR,
+            "size" => S_SIZE,
+            "stream" => S_STREAM,
+            "time_us" => S_TIME_US,
+            "frames" => S_FRAMES,
+            other => Action::parse(other).map_or(S_OTHER, |a| S_ACTION_NAME | a as u8),
+        };
+        self.class[i as usize] = c;
+        c
+    }
+}
+
+fn parse_entries(p: &Pickle, entries: &[Value], dev: i32, path: &Path, classes: &mut StrClasses) -> Result<Vec<Entry>> {
     let mut out = Vec::with_capacity(entries.len());
     for (i, &e) in entries.iter().enumerate() {
         let items = p.dict(e).ok_or_else(|| Error::format(path, format!("device_traces[{dev}][{i}] is a {}, not a dict", Pickle::type_name(e))))?;
-        let (mut action, mut addr, mut size, mut stream, mut time) = (None, None, None, 0i64, None);
+        let (mut action, mut addr, mut size, mut stream, mut time, mut frames) = (None, None, None, 0i64, None, Value::None);
         for &(k, v) in items {
-            match p.str(k) {
-                Some("action") => action = p.str(v),
-                Some("addr") => addr = p.int(v),
-                Some("size") => size = p.int(v),
-                Some("stream") => stream = p.int(v).unwrap_or(0),
-                Some("time_us") => time = p.int(v).map(|t| t.saturating_mul(1000)),
+            match classes.of(p, k) {
+                S_ACTION => action = Some(v),
+                S_ADDR => addr = p.int(v),
+                S_SIZE => size = p.int(v),
+                S_STREAM => stream = p.int(v).unwrap_or(0),
+                S_TIME_US => time = p.int(v).map(|t| t.saturating_mul(1000)),
+                S_FRAMES => frames = v,
                 _ => {}
             }
         }
         let name = action.ok_or_else(|| Error::format(path, format!("device_traces[{dev}][{i}] has no 'action'")))?;
-        let action = Action::parse(name).ok_or_else(|| Error::format(path, format!("device_traces[{dev}][{i}]: unknown action '{name}'")))?;
-        out.push(Entry { action, addr: addr.unwrap_or(0) as u64, size: size.unwrap_or(0).max(0) as u64, stream, time_ns: time });
+        let code = classes.of(p, name);
+        let action = (code & S_ACTION_NAME != 0).then(|| Action::from_code(code & !S_ACTION_NAME)).flatten().ok_or_else(|| {
+            let shown = p.str(name).map_or_else(|| format!("a {}", Pickle::type_name(name)), |s| format!("'{s}'"));
+            Error::format(path, format!("device_traces[{dev}][{i}]: unknown action {shown}"))
+        })?;
+        out.push(Entry { action, addr: addr.unwrap_or(0) as u64, size: size.unwrap_or(0).max(0) as u64, stream, time_ns: time, frames });
     }
     Ok(out)
 }
@@ -203,22 +256,21 @@ fn parse_entries(p: &Pickle, entries: &[Value], dev: i32, path: &Path) -> Result
 fn import_device(
     p: &Pickle,
     parsed: &[Entry],
-    entries: &[Value],
     finals: &[&FinalSegment],
     dev: i32,
     out: &mut TraceBuilder,
-    frames: &mut FrameInterner,
+    frames: &mut Stacks,
     next_id: &mut u64,
     chunks: &mut Vec<(usize, u64)>,
 ) -> bool {
     // --- Walk back from the final state to the state before the first recorded entry.
     // Live blocks: addr -> (requested size, stream, pending free).
-    let mut live: HashMap<u64, (u64, i64, bool)> = HashMap::new();
+    let mut live: FxHashMap<u64, (u64, i64, bool)> = FxHashMap::default();
     // Segments (non-expandable): addr -> (size, stream, pool). Mapped pages of expandable
     // segments: addr -> (size, stream, pool), as ranges.
     let mut segs: BTreeMap<u64, (u64, i64, u32)> = BTreeMap::new();
     let mut mapped: BTreeMap<u64, (u64, i64, u32)> = BTreeMap::new();
-    let mut final_pool: HashMap<u64, u32> = HashMap::new();
+    let mut final_pool: FxHashMap<u64, u32> = FxHashMap::default();
     let mut expandable_ranges: Vec<(u64, u64, u32)> = Vec::new();
     for s in finals {
         final_pool.insert(s.address, s.pool);
@@ -294,7 +346,13 @@ fn import_device(
         r.seed = true;
         out.push(&r);
     }
+    // With every segment in the default pool (no CUDA graphs / mempools), every lookup below
+    // would answer 0: skip them.
+    let single_pool = finals.iter().all(|s| s.pool == 0);
     let pool_of = |seg_pool: &BTreeMap<u64, (u64, u32)>, addr: u64| -> u32 {
+        if single_pool {
+            return 0;
+        }
         if let Some((_, &(end, pool))) = seg_pool.range(..=addr).next_back() {
             if addr < end {
                 return pool;
@@ -307,7 +365,8 @@ fn import_device(
         }
         0
     };
-    let mut id_at: HashMap<u64, u64> = HashMap::new();
+    let mut id_at: FxHashMap<u64, u64> = FxHashMap::default();
+    id_at.reserve(parsed.len() / 4);
     let mut seeds: Vec<(u64, u64, i64, bool)> = live.iter().map(|(&a, &(s, st, pend))| (a, s, st, pend)).collect();
     seeds.sort_unstable();
     let seed_chunk = infer_seed_chunks(&seeds, &segs, parsed);
@@ -333,23 +392,24 @@ fn import_device(
     }
 
     // --- The recorded history.
-    for (e, &raw) in parsed.iter().zip(entries) {
+    for e in parsed {
         let mut r = EventRow::new(e.action, e.size);
         r.addr = Some(e.addr);
         r.stream = e.stream;
         r.device = dev;
         r.time_ns = e.time_ns;
-        r.stack_id = stack_of(p, raw, frames);
+        r.stack_id = frames.stack(p, e.frames);
         match e.action {
-            Action::SegmentAlloc => {
+            Action::SegmentAlloc if !single_pool => {
                 let pool = seg_pool_for(&final_pool, e.addr);
                 seg_pool.insert(e.addr, (e.addr + e.size, pool));
                 r.pool = pool;
             }
-            Action::SegmentFree => {
+            Action::SegmentFree if !single_pool => {
                 r.pool = pool_of(&seg_pool, e.addr);
                 seg_pool.remove(&e.addr);
             }
+            Action::SegmentAlloc | Action::SegmentFree => {}
             Action::SegmentMap | Action::SegmentUnmap => r.pool = pool_of(&seg_pool, e.addr),
             Action::Alloc => {
                 let id = *next_id;
@@ -376,25 +436,69 @@ fn import_device(
     seeded
 }
 
-fn seg_pool_for(final_pool: &HashMap<u64, u32>, addr: u64) -> u32 {
+fn seg_pool_for(final_pool: &FxHashMap<u64, u32>, addr: u64) -> u32 {
     final_pool.get(&addr).copied().unwrap_or(0)
 }
 
-fn stack_of(p: &Pickle, entry: Value, frames: &mut FrameInterner) -> Option<u32> {
-    let list = p.list(p.get(entry, "frames")?)?;
-    if list.is_empty() {
-        return None;
+/// Stack interning with caches keyed by the pickle's object identity: the snapshot's pickler
+/// memoizes frame dicts shared between entries, so each distinct frame dict (and each shared
+/// frames list) is decoded once, and looking up a known stack allocates nothing.
+struct Stacks {
+    interner: FrameInterner,
+    frame_of_dict: Vec<u32>,
+    stack_of_list: Vec<u32>,
+    buf: Vec<u32>,
+}
+
+const UNSEEN: u32 = u32::MAX;
+
+impl Stacks {
+    fn new(p: &Pickle) -> Self {
+        Stacks {
+            interner: FrameInterner::default(),
+            frame_of_dict: vec![UNSEEN; p.dict_count()],
+            stack_of_list: vec![UNSEEN; p.list_count()],
+            buf: Vec::with_capacity(64),
+        }
     }
-    let ids: Vec<u32> = list
-        .iter()
-        .map(|&f| {
-            let filename = p.get(f, "filename").and_then(|v| p.str(v)).unwrap_or("?");
-            let line = p.get(f, "line").and_then(|v| p.int(v)).unwrap_or(0);
-            let name = p.get(f, "name").and_then(|v| p.str(v)).unwrap_or("?");
-            frames.frame(filename, line, name)
-        })
-        .collect();
-    Some(frames.stack(ids))
+
+    fn stack(&mut self, p: &Pickle, frames: Value) -> Option<u32> {
+        let list = p.list(frames)?;
+        if list.is_empty() {
+            return None;
+        }
+        if let Value::List(l) = frames {
+            let known = self.stack_of_list[l as usize];
+            if known != UNSEEN {
+                return Some(known);
+            }
+        }
+        self.buf.clear();
+        for &f in list {
+            let known = match f {
+                Value::Dict(d) => self.frame_of_dict[d as usize],
+                _ => UNSEEN,
+            };
+            let id = if known != UNSEEN {
+                known
+            } else {
+                let filename = p.get(f, "filename").and_then(|v| p.str(v)).unwrap_or("?");
+                let line = p.get(f, "line").and_then(|v| p.int(v)).unwrap_or(0);
+                let name = p.get(f, "name").and_then(|v| p.str(v)).unwrap_or("?");
+                let id = self.interner.frame(filename, line, name);
+                if let Value::Dict(d) = f {
+                    self.frame_of_dict[d as usize] = id;
+                }
+                id
+            };
+            self.buf.push(id);
+        }
+        let id = self.interner.stack(&self.buf);
+        if let Value::List(l) = frames {
+            self.stack_of_list[l as usize] = id;
+        }
+        Some(id)
+    }
 }
 
 /// The block size of allocations live before a truncated history began, where the history

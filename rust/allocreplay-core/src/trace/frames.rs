@@ -3,7 +3,7 @@
 //! schema metadata key `allocreplay.frames`.
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use crate::hash::FxHashMap;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameTable {
@@ -19,35 +19,48 @@ impl FrameTable {
     }
 }
 
-/// Interns frames and stacks while an importer walks its source.
+/// Interns frames and stacks while an importer walks its source. Looking up a frame or stack
+/// seen before allocates nothing.
 #[derive(Default)]
 pub struct FrameInterner {
     pub table: FrameTable,
-    frames: HashMap<(String, i64, String), u32>,
-    stacks: HashMap<Vec<u32>, u32>,
+    strings: FxHashMap<String, u32>,
+    frames: FxHashMap<(u32, i64, u32), u32>,
+    stacks: FxHashMap<Vec<u32>, u32>,
 }
 
 impl FrameInterner {
+    fn string(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.strings.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as u32;
+        self.strings.insert(s.to_string(), id);
+        id
+    }
+
     pub fn frame(&mut self, filename: &str, line: i64, name: &str) -> u32 {
-        let key = (filename.to_string(), line, name.to_string());
+        let key = (self.string(filename), line, self.string(name));
         if let Some(&id) = self.frames.get(&key) {
             return id;
         }
         let id = self.table.filename.len() as u32;
-        self.table.filename.push(key.0.clone());
+        self.table.filename.push(filename.to_string());
         self.table.line.push(line);
-        self.table.name.push(key.2.clone());
+        self.table.name.push(name.to_string());
         self.frames.insert(key, id);
         id
     }
 
-    pub fn stack(&mut self, frames: Vec<u32>) -> u32 {
-        if let Some(&id) = self.stacks.get(&frames) {
+    /// The id of a stack (frame ids, innermost first).
+    pub fn stack(&mut self, frames: impl AsRef<[u32]>) -> u32 {
+        let frames = frames.as_ref();
+        if let Some(&id) = self.stacks.get(frames) {
             return id;
         }
         let id = self.table.stacks.len() as u32;
-        self.table.stacks.push(frames.clone());
-        self.stacks.insert(frames, id);
+        self.table.stacks.push(frames.to_vec());
+        self.stacks.insert(frames.to_vec(), id);
         id
     }
 
