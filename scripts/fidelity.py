@@ -176,7 +176,29 @@ def offline_section(shared: Path) -> list[str]:
     return lines
 
 
-SECTIONS = [pytorch_section, cross_config_section, bfc_section, xla_section, cuda_section, offline_section]
+def project_traces_section(shared: Path) -> list[str]:
+    lines = [
+        "## The project's own captures (`traces/`, made with `allocreplay capture` on an H200)",
+        "",
+        "`allocreplay validate` on each: PyTorch traces against their recorded segment events and",
+        "memory_stats, JAX traces event by event against the BFC allocator's recorded chunks.",
+        "",
+        "| trace | allocations at recorded address | segment events / chunks | peak recorded | peak replayed | retries / OOMs rec→rep | ok |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for path in sorted((ROOT / "traces").glob("*.arrow")):
+        v = cli("validate", str(path))
+        if "chunk_match" in v:
+            detail, rec, rep, extra = f"chunks {v['chunk_match']:.4f}, in use {v['in_use_match']:.4f}", v.get("peak_in_use_recorded"), v["peak_in_use_replayed"], "—"
+        else:
+            detail = "identical" if v["segment_events_match"] else "differ"
+            rec, rep = v["peak_reserved_recorded"], v["peak_reserved_replayed"]
+            extra = f"{v.get('num_alloc_retries_recorded')}/{v.get('num_ooms_recorded')} → {v['num_alloc_retries_replayed']}/{v['num_ooms_replayed']}"
+        lines.append(f"| {path.name} | {v['address_match']:.4f} | {detail} | {rec} | {rep} | {extra} | {'✅' if v['ok'] else '❌'} |")
+    return lines
+
+
+SECTIONS = [pytorch_section, cross_config_section, bfc_section, xla_section, cuda_section, offline_section, project_traces_section]
 
 
 def main() -> None:
