@@ -287,7 +287,7 @@ fn main() {
     let raw = std::fs::read(&largest).unwrap();
     let data = decompress(&largest, raw).unwrap();
     let opts = ImportOptions::default();
-    println!("{}: {} entries-bytes {} (decompressed)", largest.display(), "", data.len());
+    println!("{}: {} bytes decompressed", largest.display(), data.len());
 
     let (secs, p) = best_of(10, || pickle::parse(&data).unwrap().root);
     let _ = p;

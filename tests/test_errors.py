@@ -135,3 +135,32 @@ def test_exception_hierarchy():
     assert issubclass(errors.AllocReplayError, Exception)
     assert set(errors.__all__) == {"AllocReplayError", *names}
     assert re.match(r"\d+\.\d+\.\d+", allocreplay.__version__)
+
+
+def test_progress_shows_only_on_a_terminal_and_is_erased(monkeypatch):
+    import io
+    import time
+
+    from allocreplay import cli as cli_mod
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    monkeypatch.setattr(cli_mod.sys, "stderr", tty)
+    with cli_mod._Progress("loading big.pickle"):
+        time.sleep(1.5)
+    out = tty.getvalue()
+    assert "\rloading big.pickle ... " in out and out.endswith("\r\033[K")
+    # Quick work shows nothing; a pipe (not a terminal) never does.
+    tty = Tty()
+    monkeypatch.setattr(cli_mod.sys, "stderr", tty)
+    with cli_mod._Progress("loading small.pickle"):
+        pass
+    assert tty.getvalue() == ""
+    pipe = io.StringIO()
+    monkeypatch.setattr(cli_mod.sys, "stderr", pipe)
+    with cli_mod._Progress("loading big.pickle"):
+        time.sleep(1.3)
+    assert pipe.getvalue() == ""

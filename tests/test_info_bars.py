@@ -92,3 +92,37 @@ def test_human_summary_uses_binary_units():
     # 3,011,510,272 B = 2.80 GiB (two_streams__default.json reserved_bytes.all.peak)
     assert "2.80 GiB" in r.out
     assert "events" in r.out and "1,832" in r.out
+
+
+def test_hand_made_snapshot_without_segments(tmp_path):
+    # A snapshot as torch.cuda.memory._snapshot() shapes it, with allocations only: no segment
+    # was recorded, so the recorded peak reserved is null, not 0.
+    import pickle
+
+    def entry(action, addr, size, t):
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": []}
+
+    snap = {
+        "segments": [],
+        "device_traces": [[
+            entry("alloc", 0x1000, 100, 1_000),
+            entry("alloc", 0x2000, 300, 2_000),
+            entry("free_requested", 0x1000, 100, 3_000),
+            entry("free_completed", 0x1000, 100, 3_000),
+            entry("alloc", 0x3000, 50, 4_000),
+            entry("free_requested", 0x2000, 300, 5_000),
+            entry("free_completed", 0x2000, 300, 5_500),
+        ]],
+        "allocator_settings": {},
+    }
+    path = tmp_path / "hand.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=4))
+    info = json.loads(run_clirunner("info", path, "--json").out)
+    assert info["recorded_peak_reserved_bytes"] is None
+    assert (info["allocs"], info["frees"], info["free_requests"]) == (3, 2, 2)
+    # Live requested bytes: 100, 400, 300, 350, 50 -> peak 400.
+    assert info["peak_live_requested_bytes"] == 400
+    assert info["seed_allocs"] == 0 and info["seed_segments"] == 0
+    # First to last event: 1,000 us to 5,500 us.
+    assert info["duration_s"] == pytest.approx(0.0045)
+    assert info["devices"] == [0] and info["streams"] == 1

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from typing import Any, Sequence
 
 import click
@@ -70,8 +72,45 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else _core.format_bytes(n)
 
 
+class _Progress:
+    """An elapsed-time indicator on stderr while Rust works with the GIL released; only when
+    stderr is a terminal, and only once the work has taken a second (small traces show
+    nothing). The line is erased when the work ends."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        if self.stop.wait(1.0):
+            return
+        shown = False
+        while not self.stop.is_set():
+            sys.stderr.write(f"\r{self.label} ... {time.monotonic() - start:5.1f} s")
+            sys.stderr.flush()
+            shown = True
+            self.stop.wait(0.2)
+        if shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+    def __enter__(self) -> "_Progress":
+        if sys.stderr.isatty():
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+
+
 def _load(path: str, meta: str | None, allocator: str | None = None) -> Trace:
-    return load(path, meta=meta, allocator=allocator)
+    with _Progress(f"loading {os.path.basename(path)}"):
+        return load(path, meta=meta, allocator=allocator)
 
 
 _allocator_option = click.option(
@@ -168,7 +207,8 @@ def replay_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_j
 
         _pyplot()  # say now, not after the replay, that matplotlib is missing
     t = _load(trace, meta, allocator)
-    result = _replay(t, specs, capacity, placements=False)
+    with _Progress(f"replaying under {len(specs)} polic{'y' if len(specs) == 1 else 'ies'}"):
+        result = _replay(t, specs, capacity, placements=False)
     summary = result.summary
     if out:
         summary.write_ipc(out)

@@ -277,6 +277,9 @@ struct Parser<'a> {
     stack: Vec<Value>,
     marks: Vec<usize>,
     memo: Vec<Option<Value>>,
+    /// Memo keys far beyond the dense ones (legal: Python's memo is a dict). Kept apart so that
+    /// a key of 4 billion does not allocate 64 GB.
+    sparse_memo: FxHashMap<usize, Value>,
 }
 
 fn corrupt(msg: String) -> PickleError {
@@ -302,13 +305,15 @@ impl<'a> Parser<'a> {
             stack: Vec::with_capacity(64),
             marks: Vec::with_capacity(16),
             memo: Vec::with_capacity(hint(32, 1 << 25)),
+            sparse_memo: FxHashMap::default(),
         }
     }
 
     #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
         let data = self.p.data;
-        if self.pos + n > data.len() {
+        // `n` comes from the file (up to 2**64 - 1 for BINUNICODE8): no overflow.
+        if n > data.len() - self.pos {
             return Err(corrupt(format!(
                 "pickle ends at byte {} in the middle of an opcode (truncated file?)",
                 data.len()
@@ -395,10 +400,14 @@ impl<'a> Parser<'a> {
     }
 
     fn memo_put(&mut self, idx: usize, v: Value) {
-        if self.memo.len() <= idx {
+        if idx < self.memo.len() {
+            self.memo[idx] = Some(v);
+        } else if idx - self.memo.len() < (1 << 16) {
             self.memo.resize(idx + 1, None);
+            self.memo[idx] = Some(v);
+        } else {
+            self.sparse_memo.insert(idx, v);
         }
-        self.memo[idx] = Some(v);
     }
 
     fn memo_get(&self, idx: usize) -> Result<Value, PickleError> {
@@ -406,6 +415,7 @@ impl<'a> Parser<'a> {
             .get(idx)
             .copied()
             .flatten()
+            .or_else(|| self.sparse_memo.get(&idx).copied())
             .ok_or_else(|| corrupt(format!("memo key {idx} read before it was written (byte {})", self.pos)))
     }
 
@@ -785,6 +795,41 @@ mod tests {
         // The outer list is appended to again after an inner list was stored behind it (as
         // APPENDS batches of a list longer than 1000 do): it moves, items intact.
         assert_eq!(json(b"\x80\x02](]K\x01ae(]K\x02ae."), serde_json::json!([[1], [2]]));
+    }
+
+    #[test]
+    fn huge_lengths_and_memo_keys_are_errors_or_sparse_not_panics() {
+        // BINUNICODE8 claiming 2**64 - 1 bytes.
+        let e = parse(b"\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\xff").unwrap_err();
+        assert!(matches!(e, PickleError::Corrupt(_)));
+        // LONG_BINPUT at key 0xffffffff then LONG_BINGET of it: legal, and stored sparsely.
+        let p = parse(b"\x80\x04K\x07r\xff\xff\xff\xff0j\xff\xff\xff\xff.").unwrap();
+        assert_eq!(p.root, Value::Int(7));
+    }
+
+    #[test]
+    fn mutated_pickles_never_panic() {
+        // Every single-byte change and every truncation of a small snapshot-shaped pickle
+        // parses or fails with an error; none may panic.
+        // pickle.dumps({'device_traces': [[{'action': 'alloc', 'addr': 140000000000000,
+        //   'size': 512, 'frames': [{'name': 'f', 'line': 3}]}]], 'segments': [(1, 2.5)]}, 4)
+        let good: &[u8] = b"\x80\x04\x95\x88\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0ddevice_traces\x94]\x94]\x94}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04addr\x94\x8a\x06\x00\xc0DJT\x7f\x8c\x04size\x94M\x00\x02\x8c\x06frames\x94]\x94}\x94(\x8c\x04name\x94\x8c\x01f\x94\x8c\x04line\x94K\x03uauaa\x8c\x08segments\x94]\x94K\x01G@\x04\x00\x00\x00\x00\x00\x00\x86\x94au.";
+        let p = parse(good).unwrap();
+        assert!(p.get(p.root, "device_traces").is_some());
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for i in 0..good.len() {
+            for _ in 0..24 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let mut m = good.to_vec();
+                m[i] = seed as u8;
+                if let Ok(p) = parse(&m) {
+                    let _ = p.to_json(p.root);
+                }
+            }
+            let _ = parse(&good[..i]);
+        }
     }
 
     #[test]

@@ -74,5 +74,13 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
     if dict.keys().null_count() > 0 || dict.keys().values().iter().any(|&k| k as usize >= values.len()) {
         return Err(Error::schema(path, "action column has null or out-of-range values"));
     }
+    // Allocation ids are dense (traces/README.md): the engine and `info` index arrays by them,
+    // so a file with an id beyond the number of events is refused rather than allocated for.
+    let ids = batch.column(1).as_primitive::<arrow_array::types::UInt64Type>();
+    if let Some(max) = ids.iter().flatten().max() {
+        if max >= batch.num_rows() as u64 {
+            return Err(Error::schema(path, format!("alloc_id {max} is not dense: ids must be below the number of events ({})", batch.num_rows())));
+        }
+    }
     Ok(Trace::from_checked_batch(metadata, frames, batch))
 }
