@@ -8,7 +8,7 @@
 """
 
 from allocreplay import errors
-from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc
+from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc, xla_runtime
 from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, __version__
 from allocreplay.errors import (
     AllocReplayError,
@@ -34,6 +34,7 @@ __all__ = [
     "replay",
     "validate",
     "plan",
+    "xla_runtime",
     "offline",
     "parse_capacity",
     "validate_bfc",

@@ -207,3 +207,11 @@ def offline(trace: Trace, alignment: int | None = None) -> pl.DataFrame:
     lifetime) peaks of each device of ``trace``; sizes rounded to ``alignment`` (default 512
     bytes for PyTorch traces, 256 otherwise)."""
     return pl.DataFrame(json.loads(_core.offline_json(trace._inner, alignment or 0)))
+
+
+def xla_runtime(dump_dir: str | os.PathLike[str], program: str | None = None, calls: int = 3) -> Trace:
+    """The allocations the JAX runtime makes when it runs one compiled program of an XLA dump
+    ``calls`` times — the arguments, then per call every live-out allocation and the temp arena
+    (freed when the call ends) — as a trace to replay under ``jax`` / ``bfc`` policies.
+    ``program``: a substring of the program's name (default: the largest temp arena)."""
+    return Trace(_core.xla_runtime_trace(os.fspath(dump_dir), program, calls))

@@ -302,11 +302,19 @@ def _print_validation(r: dict[str, Any]) -> None:
 @cli.command("plan")
 @click.argument("dump_dir")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per program.")
-def plan_cmd(dump_dir: str, as_json: bool) -> None:
+@click.option("--runtime", "runtime_out", metavar="OUT.arrow", help="Also write the allocations the JAX runtime makes running a program (arguments; per call the outputs and the temp arena), to replay under jax/bfc policies.")
+@click.option("--program", metavar="NAME", help="With --runtime: the program (a substring of its name; default the largest temp arena).")
+@click.option("--calls", type=click.IntRange(min=1), default=3, show_default=True, help="With --runtime: how many calls of the program.")
+def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str | None, calls: int) -> None:
     """XLA's buffer assignment of each program in DUMP_DIR (XLA_FLAGS=--xla_dump_to=DUMP_DIR
     --xla_dump_hlo_as_proto): the recorded preallocated-temp size, ours (XLA's heap planner
     replayed from the dump), the max-live lower bound, arguments and outputs."""
     plans = _plan(dump_dir)
+    if runtime_out:
+        from allocreplay._api import xla_runtime
+
+        xla_runtime(dump_dir, program, calls).save(runtime_out)
+        click.echo(f"runtime trace ({calls} calls) written to {runtime_out}", err=True)
     if as_json:
         click.echo(json.dumps(plans.to_dicts()))
         return

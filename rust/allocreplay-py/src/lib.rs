@@ -165,6 +165,34 @@ fn plan_json(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     Ok(serde_json::to_string(&plans).expect("plans serialize"))
 }
 
+/// The allocations the JAX runtime makes running one program of an XLA dump `calls` times
+/// (arguments, then per call the live-out allocations and the temp arena): a trace to replay
+/// under `jax` / `bfc`. `program`: a substring of the program's name; default the program
+/// with the largest preallocated-temp allocation.
+#[pyfunction]
+#[pyo3(signature = (path, program=None, calls=3))]
+fn xla_runtime_trace(py: Python<'_>, path: PathBuf, program: Option<String>, calls: usize) -> PyResult<PyTrace> {
+    use allocreplay_core::offline::buffer_assignment::runtime_trace;
+    let t = py
+        .detach(move || {
+            let programs = allocreplay_core::import::xla::load_dump(&path)?;
+            let temp = |p: &allocreplay_core::import::xla::XlaProgram| -> i64 { p.allocations.iter().filter(|a| a.is_preallocated_temp()).map(|a| a.size).sum() };
+            let chosen = match &program {
+                Some(name) => programs.iter().find(|p| p.program.contains(name.as_str())).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "{}: no program matching '{name}'; programs: {}",
+                        path.display(),
+                        programs.iter().map(|p| p.program.as_str()).collect::<Vec<_>>().join(", ")
+                    ))
+                })?,
+                None => programs.iter().max_by_key(|p| temp(p)).ok_or_else(|| Error::InvalidArgument(format!("{}: no programs", path.display())))?,
+            };
+            runtime_trace(chosen, calls.max(1))
+        })
+        .map_err(|e| to_py(py, e))?;
+    Ok(PyTrace { inner: Arc::new(t) })
+}
+
 /// The `ideal` and `offline` bounds of every device of `trace` (alignment 0: the source's
 /// default), as a JSON list of objects.
 #[pyfunction]
@@ -239,6 +267,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(validate_json, m)?)?;
+    m.add_function(wrap_pyfunction!(xla_runtime_trace, m)?)?;
     m.add_function(wrap_pyfunction!(validate_bfc, m)?)?;
     m.add_function(wrap_pyfunction!(parse_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(format_bytes, m)?)?;
