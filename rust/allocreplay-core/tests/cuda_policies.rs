@@ -79,22 +79,49 @@ fn held_out_resnet50_cuda_async_within_3_percent() {
     assert_eq!(s.peak_allocated, stat(&real, "allocated_bytes.all.peak"));
 }
 
-/// Known gaps, asserted so that a change in either direction is seen: the driver fragments
-/// more than best fit on these two (docs/cuda-policies.md, "What is not modelled").
+/// A `REPLAY async <file> peak_reserved=N` line of the GPU replays (the same requests through
+/// cudaMallocAsync on an idle GPU).
+fn measured_async_peak(workload: &str) -> u64 {
+    let text = std::fs::read_to_string(repo("tools/driver-probes/replays-h200-580.159.txt")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("REPLAY async") && l.contains(&format!("{workload}__default")))
+        .unwrap_or_else(|| panic!("no async replay of {workload}"));
+    line.split("peak_reserved=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+}
+
 #[test]
-fn held_out_two_streams_and_llama_cuda_async_known_gaps() {
+fn held_out_llama_cuda_async_within_3_percent() {
+    // Growing KV caches: best-fit placement under-predicted this by 14%.
+    let ll = replay(&repo("traces/cuda/llama_generate__default.pickle.xz"), "cuda-async", None);
+    let real = stat(&repo("traces/cuda/llama_generate__async.json"), "reserved_bytes.all.peak");
+    assert_eq!(real, 1_174_405_120);
+    let err = rel_err(ll.peak_reserved, real);
+    eprintln!("llama_generate cuda-async: predicted {} vs real {real} ({:.2}%)", ll.peak_reserved, err * 100.0);
+    assert!(err <= 0.03, "llama_generate: {} vs {real}", ll.peak_reserved);
+    assert_eq!(ll.peak_allocated, stat(&repo("traces/cuda/llama_generate__async.json"), "allocated_bytes.all.peak"));
+}
+
+/// two_streams: the model reproduces the GPU replay of the same requests to the byte
+/// (2,583,691,264); the real run reserved 3 chunks more (2,684,354,560, -3.75%): the driver
+/// reuses another stream's frees only once it sees them complete, which depends on GPU progress
+/// (docs/cuda-policies.md). Asserted so that a change in either direction is seen.
+#[test]
+fn held_out_two_streams_cuda_async_matches_the_gpu_replay() {
     let ts = replay(&repo("traces/two_streams__default.pickle.xz"), "cuda-async", None);
+    assert_eq!(ts.peak_reserved, measured_async_peak("two_streams"));
     let real = stat(&repo("traces/cuda/two_streams__async.json"), "reserved_bytes.all.peak");
     let err = rel_err(ts.peak_reserved, real);
     eprintln!("two_streams cuda-async: predicted {} vs real {real} ({:.2}%)", ts.peak_reserved, err * 100.0);
-    assert!(ts.peak_reserved < real && err <= 0.06, "two_streams: {} vs {real}", ts.peak_reserved);
+    assert!(err <= 0.04, "two_streams: {} vs {real}", ts.peak_reserved);
     assert_eq!(ts.peak_allocated, stat(&repo("traces/cuda/two_streams__async.json"), "allocated_bytes.all.peak"));
+}
 
-    let ll = replay(&repo("traces/cuda/llama_generate__default.pickle.xz"), "cuda-async", None);
-    let real = stat(&repo("traces/cuda/llama_generate__async.json"), "reserved_bytes.all.peak");
-    let err = rel_err(ll.peak_reserved, real);
-    eprintln!("llama_generate cuda-async: predicted {} vs real {real} ({:.2}%)", ll.peak_reserved, err * 100.0);
-    assert!(ll.peak_reserved < real && err <= 0.16, "llama_generate: {} vs {real}", ll.peak_reserved);
+/// gpt2_train: the model's peak equals the GPU replay's (16,508,780,544) to the byte.
+#[test]
+fn gpt2_cuda_async_matches_the_gpu_replay() {
+    let s = replay(&shared("gpt2_train__default.pickle.xz"), "cuda-async", None);
+    assert_eq!(s.peak_reserved, measured_async_peak("gpt2_train"));
 }
 
 #[test]
