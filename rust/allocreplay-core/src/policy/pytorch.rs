@@ -96,11 +96,13 @@ impl Block {
 }
 
 /// `BlockPool`: free blocks ordered by `BlockComparatorSize` (stream, size, ptr), unmapped
-/// blocks of expandable segments by `BlockComparatorAddress` (stream, ptr).
+/// blocks of expandable segments by `BlockComparatorAddress` (stream, ptr). Keys are packed
+/// into one `u128` (see [`size_key`]): the stream as its rank among the streams seen, then
+/// size and address (each below 2^48), which orders blocks like the tuple within a stream.
 #[derive(Debug, Default)]
 struct BlockPool {
-    blocks: BTreeMap<(u64, u64, u64), u32>,
-    unmapped: BTreeMap<(u64, u64), u32>,
+    blocks: BTreeMap<u128, u32>,
+    unmapped: BTreeMap<u128, u32>,
     is_small: bool,
     /// Index of the trace pool (0 = default; others are private pools, e.g. CUDA graphs).
     trace_pool: u32,
@@ -177,6 +179,21 @@ pub struct CachingAllocator {
     /// `total_allocated_memory`.
     total_allocated_memory: u64,
     stats: Stats,
+    /// Streams in order of first use: a stream's index is its rank in the packed pool keys.
+    streams: Vec<u64>,
+}
+
+/// `BlockComparatorSize` key: (stream rank, size, ptr) packed as 32 + 48 + 48 bits.
+#[inline]
+fn size_key(rank: u32, size: u64, ptr: u64) -> u128 {
+    debug_assert!(size < 1 << 48 && ptr < 1 << 48);
+    (u128::from(rank) << 96) | (u128::from(size) << 48) | u128::from(ptr)
+}
+
+/// `BlockComparatorAddress` key: (stream rank, ptr).
+#[inline]
+fn address_key(rank: u32, ptr: u64) -> u128 {
+    (u128::from(rank) << 64) | u128::from(ptr)
 }
 
 impl CachingAllocator {
@@ -195,6 +212,7 @@ impl CachingAllocator {
             pending_compact_at: 4096,
             total_allocated_memory: 0,
             stats: Stats::default(),
+            streams: Vec::new(),
         }
     }
 
@@ -225,10 +243,38 @@ impl CachingAllocator {
         idx as u32
     }
 
+    /// The stream's rank in the packed pool keys (streams are few: a linear scan).
     #[inline]
-    fn key(&self, b: u32) -> (u64, u64, u64) {
-        let bl = &self.blocks[b as usize];
-        (bl.stream, bl.size, bl.ptr)
+    fn rank(&mut self, stream: u64) -> u32 {
+        match self.streams.iter().position(|&s| s == stream) {
+            Some(i) => i as u32,
+            None => {
+                self.streams.push(stream);
+                (self.streams.len() - 1) as u32
+            }
+        }
+    }
+
+    #[inline]
+    fn key(&mut self, b: u32) -> u128 {
+        let (stream, size, ptr) = {
+            let bl = &self.blocks[b as usize];
+            (bl.stream, bl.size, bl.ptr)
+        };
+        size_key(self.rank(stream), size, ptr)
+    }
+
+    /// A pool's free blocks in `BlockComparatorSize` order (stream, size, ptr): the packed keys
+    /// order streams by first use, upstream by the stream's value.
+    fn blocks_in_order(&self, pool: usize) -> Vec<u32> {
+        let mut all: Vec<u32> = self.pools[pool].blocks.values().copied().collect();
+        if self.streams.len() > 1 {
+            all.sort_by_key(|&b| {
+                let bl = &self.blocks[b as usize];
+                (bl.stream, bl.size, bl.ptr)
+            });
+        }
+        all
     }
 
     /// `BlockPool::insert_into_blocks`.
@@ -246,15 +292,21 @@ impl CachingAllocator {
     }
 
     fn insert_unmapped(&mut self, b: u32) {
-        let bl = &self.blocks[b as usize];
-        let k = (bl.stream, bl.ptr);
-        self.pools[bl.pool as usize].unmapped.insert(k, b);
+        let (stream, ptr, pool) = {
+            let bl = &self.blocks[b as usize];
+            (bl.stream, bl.ptr, bl.pool as usize)
+        };
+        let k = address_key(self.rank(stream), ptr);
+        self.pools[pool].unmapped.insert(k, b);
     }
 
     fn erase_unmapped(&mut self, b: u32) {
-        let bl = &self.blocks[b as usize];
-        let k = (bl.stream, bl.ptr);
-        self.pools[bl.pool as usize].unmapped.remove(&k);
+        let (stream, ptr, pool) = {
+            let bl = &self.blocks[b as usize];
+            (bl.stream, bl.ptr, bl.pool as usize)
+        };
+        let k = address_key(self.rank(stream), ptr);
+        self.pools[pool].unmapped.remove(&k);
     }
 
     /// `round_size` with `roundup_power2_next_division`.
@@ -301,8 +353,9 @@ impl CachingAllocator {
         if self.gc_active() {
             self.pools[pool as usize].get_free_blocks_call_count += 1;
         }
+        let lo = size_key(self.rank(stream), size, 0);
         let p = &self.pools[pool as usize];
-        let mut it = p.blocks.range((stream, size, 0)..);
+        let mut it = p.blocks.range(lo..);
         let (_, &first) = it.next()?;
         if self.blocks[first as usize].stream != stream {
             return None;
@@ -386,10 +439,10 @@ impl CachingAllocator {
             }
             bytes >= size
         };
+        let rank = self.rank(stream);
         let candidates: Vec<u32> = self.pools[pool as usize]
             .unmapped
-            .range((stream, 0)..)
-            .take_while(|(&(s, _), _)| s == stream)
+            .range(address_key(rank, 0)..address_key(rank + 1, 0))
             .map(|(_, &b)| b)
             .collect();
         for mut c in candidates {
@@ -632,7 +685,7 @@ impl CachingAllocator {
 
     /// `release_blocks`: frees all non-split blocks of a pool, unmaps free expandable pages.
     fn release_blocks(&mut self, pool: u32, dev: &mut DeviceMemory) {
-        let all: Vec<u32> = self.pools[pool as usize].blocks.values().copied().collect();
+        let all = self.blocks_in_order(pool as usize);
         let mut to_unmap = Vec::new();
         for b in all {
             let bl = &self.blocks[b as usize];
@@ -684,7 +737,8 @@ impl CachingAllocator {
             return false;
         }
         let key_size = size.max(max_split);
-        let found = self.pools[pool as usize].blocks.range((stream, key_size, 0)..).next().map(|(_, &b)| b);
+        let rank = self.rank(stream);
+        let found = self.pools[pool as usize].blocks.range(size_key(rank, key_size, 0)..).next().map(|(_, &b)| b);
         match found {
             Some(b) if self.blocks[b as usize].stream == stream => {
                 self.release_block(b, dev);
@@ -692,7 +746,17 @@ impl CachingAllocator {
             }
             _ => {
                 // No single block is large enough: free oversize blocks, largest first.
-                let below: Vec<u32> = self.pools[pool as usize].blocks.range(..(stream, key_size, 0)).rev().map(|(_, &b)| b).collect();
+                // Upstream walks back from lower_bound over the whole set (other streams' blocks
+                // included, in stream-value order): order the packed keys' blocks the same way.
+                let mut below: Vec<u32> = self.pools[pool as usize].blocks.values().copied().collect();
+                below.retain(|&b| {
+                    let bl = &self.blocks[b as usize];
+                    (bl.stream, bl.size) < (stream, key_size)
+                });
+                below.sort_by_key(|&b| {
+                    let bl = &self.blocks[b as usize];
+                    std::cmp::Reverse((bl.stream, bl.size, bl.ptr))
+                });
                 if below.is_empty() {
                     return false;
                 }
@@ -737,7 +801,7 @@ impl CachingAllocator {
         while gc_reclaimed < target_size && block_freed && freeable_block_count > 0 {
             let age_threshold = total_age as f64 / freeable_block_count as f64;
             block_freed = false;
-            let all: Vec<u32> = self.pools[large].blocks.values().copied().collect();
+            let all = self.blocks_in_order(large);
             for b in all {
                 if !self.blocks[b as usize].is_split() && gc_count(self, b) as f64 >= age_threshold {
                     block_freed = true;
