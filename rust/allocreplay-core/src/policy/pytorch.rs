@@ -1045,6 +1045,7 @@ impl CachingAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Action;
 
     const KB: u64 = 1024;
 
@@ -1175,6 +1176,22 @@ mod tests {
         assert_eq!(a.stats.num_ooms, 1);
         assert_eq!(a.stats.reserved, before.reserved);
         assert_eq!(a.stats.allocated, before.allocated);
+    }
+
+    #[test]
+    fn released_segments_go_in_stream_value_order_whatever_the_order_of_first_use() {
+        // release_blocks walks BlockPool::blocks in BlockComparatorSize order: stream value
+        // first. Stream 0x700 is used before stream 0x300; its segment must still go second.
+        let (mut a, mut d) = alloc("", Some(60 * MB));
+        d.log = Some(Vec::new());
+        let on_700 = a.malloc(&req(0, 20 * MB, 0x700), &mut d).unwrap();
+        let on_300 = a.malloc(&req(1, 22 * MB, 0x300), &mut d).unwrap();
+        free(&mut a, &mut d, 0);
+        free(&mut a, &mut d, 1);
+        // 40 MiB does not fit next to the 42 MiB cached: both segments are released, retried.
+        a.malloc(&req(2, 40 * MB, 0x700), &mut d).unwrap();
+        let freed: Vec<u64> = d.log.take().unwrap().iter().filter(|e| e.action == Action::SegmentFree).map(|e| e.addr).collect();
+        assert_eq!(freed, vec![on_300.segment, on_700.segment]);
     }
 
     #[test]
