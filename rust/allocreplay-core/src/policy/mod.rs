@@ -9,6 +9,7 @@ pub mod bfc;
 pub mod bfc_config;
 pub mod pytorch;
 pub mod pytorch_config;
+mod sorted_map;
 pub mod spec;
 
 pub use spec::{build, PolicyContext};

@@ -4,7 +4,7 @@
 //! `max_split_size`, expandable segments, garbage collection under a memory fraction, the
 //! release-and-retry path and OOMs. Function names below are upstream's.
 
-use std::collections::BTreeMap;
+use super::sorted_map::SortedMap;
 
 use super::pytorch_config::{PytorchConfig, MB};
 use super::spec::PolicyContext;
@@ -101,8 +101,8 @@ impl Block {
 /// size and address (each below 2^48), which orders blocks like the tuple within a stream.
 #[derive(Debug, Default)]
 struct BlockPool {
-    blocks: BTreeMap<u128, u32>,
-    unmapped: BTreeMap<u128, u32>,
+    blocks: SortedMap,
+    unmapped: SortedMap,
     is_small: bool,
     /// Index of the trace pool (0 = default; others are private pools, e.g. CUDA graphs).
     trace_pool: u32,
@@ -267,7 +267,7 @@ impl CachingAllocator {
     /// A pool's free blocks in `BlockComparatorSize` order (stream, size, ptr): the packed keys
     /// order streams by first use, upstream by the stream's value.
     fn blocks_in_order(&self, pool: usize) -> Vec<u32> {
-        let mut all: Vec<u32> = self.pools[pool].blocks.values().copied().collect();
+        let mut all: Vec<u32> = self.pools[pool].blocks.values().collect();
         if self.streams.len() > 1 {
             all.sort_by_key(|&b| {
                 let bl = &self.blocks[b as usize];
@@ -355,8 +355,8 @@ impl CachingAllocator {
         }
         let lo = size_key(self.rank(stream), size, 0);
         let p = &self.pools[pool as usize];
-        let mut it = p.blocks.range(lo..);
-        let (_, &first) = it.next()?;
+        let mut it = p.blocks.range(lo, None);
+        let (_, first) = it.next()?;
         if self.blocks[first as usize].stream != stream {
             return None;
         }
@@ -369,7 +369,7 @@ impl CachingAllocator {
                     let bl = &self.blocks[b as usize];
                     bl.size + if bl.next != NONE && !self.blocks[bl.next as usize].mapped { self.blocks[bl.next as usize].size } else { 0 }
                 };
-                for (_, &next) in it {
+                for (_, next) in it {
                     if self.blocks[found as usize].expandable == NONE
                         || self.blocks[next as usize].stream != stream
                         || expandable_size(next) >= expandable_size(found)
@@ -381,7 +381,7 @@ impl CachingAllocator {
             } else {
                 // Expandable segments turned off: skip expandable blocks.
                 let mut next = None;
-                for (_, &b) in it {
+                for (_, b) in it {
                     if self.blocks[b as usize].stream != stream {
                         return None;
                     }
@@ -442,8 +442,8 @@ impl CachingAllocator {
         let rank = self.rank(stream);
         let candidates: Vec<u32> = self.pools[pool as usize]
             .unmapped
-            .range(address_key(rank, 0)..address_key(rank + 1, 0))
-            .map(|(_, &b)| b)
+            .range(address_key(rank, 0), Some(address_key(rank + 1, 0)))
+            .map(|(_, b)| b)
             .collect();
         for mut c in candidates {
             let prev = self.blocks[c as usize].prev;
@@ -738,7 +738,7 @@ impl CachingAllocator {
         }
         let key_size = size.max(max_split);
         let rank = self.rank(stream);
-        let found = self.pools[pool as usize].blocks.range(size_key(rank, key_size, 0)..).next().map(|(_, &b)| b);
+        let found = self.pools[pool as usize].blocks.range(size_key(rank, key_size, 0), None).next().map(|(_, b)| b);
         match found {
             Some(b) if self.blocks[b as usize].stream == stream => {
                 self.release_block(b, dev);
@@ -748,7 +748,7 @@ impl CachingAllocator {
                 // No single block is large enough: free oversize blocks, largest first.
                 // Upstream walks back from lower_bound over the whole set (other streams' blocks
                 // included, in stream-value order): order the packed keys' blocks the same way.
-                let mut below: Vec<u32> = self.pools[pool as usize].blocks.values().copied().collect();
+                let mut below: Vec<u32> = self.pools[pool as usize].blocks.values().collect();
                 below.retain(|&b| {
                     let bl = &self.blocks[b as usize];
                     (bl.stream, bl.size) < (stream, key_size)
@@ -788,7 +788,7 @@ impl CachingAllocator {
         let gc_count = |s: &Self, b: u32| (count - s.blocks[b as usize].gc_count_base) as i32 as i64 as u64;
         let mut total_age: u64 = 0;
         let mut freeable_block_count: u64 = 0;
-        for &b in self.pools[large].blocks.values() {
+        for b in self.pools[large].blocks.values() {
             if !self.blocks[b as usize].is_split() {
                 total_age += gc_count(self, b);
                 freeable_block_count += 1;
@@ -819,7 +819,6 @@ impl CachingAllocator {
         self.pools[pool as usize]
             .blocks
             .values()
-            .copied()
             .find(|&b| {
                 let bl = &self.blocks[b as usize];
                 addr >= bl.ptr && addr < bl.ptr + bl.size
