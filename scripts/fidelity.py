@@ -138,8 +138,8 @@ def xla_section(shared: Path) -> list[str]:
 
 
 def real_async_runs() -> dict[str, list[int]]:
-    """Peak reserved of every real backend:cudaMallocAsync run of the calibration workloads
-    (tools/driver-probes/realruns-h200-580.159.txt: the same program and seed, run 4-7 times)."""
+    """Peak reserved of every real backend:cudaMallocAsync run of the seven workloads
+    (tools/driver-probes/realruns-h200-580.159.txt: the same program and seed, run 3-7 times)."""
     runs: dict[str, list[int]] = {}
     for line in (ROOT / "tools/driver-probes/realruns-h200-580.159.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
@@ -174,6 +174,9 @@ ASYNC_CASES = [
     ("resnet50_train", "traces/cuda/resnet50_train__default.pickle.xz"),
     ("two_streams", "shared/traces/pytorch/two_streams__default.pickle.xz"),
     ("llama_generate", "traces/cuda/llama_generate__default.pickle.xz"),
+    ("bert_finetune", "traces/cuda/bert_finetune__default.pickle.xz"),
+    ("vit_train", "traces/cuda/vit_train__default.pickle.xz"),
+    ("t5_generate", "traces/cuda/t5_generate__default.pickle.xz"),
 ]
 
 
@@ -188,6 +191,9 @@ def held_out_async(shared: Path) -> list[str]:
         (shared / "traces/pytorch/two_streams__default.pickle.xz", ROOT / "traces/cuda/two_streams__async.json"),
         (ROOT / "traces/cuda/resnet50_train__default.pickle.xz", ROOT / "traces/cuda/resnet50_train__async.json"),
         (ROOT / "traces/cuda/llama_generate__default.pickle.xz", ROOT / "traces/cuda/llama_generate__async.json"),
+        (ROOT / "traces/cuda/bert_finetune__default.pickle.xz", ROOT / "traces/cuda/bert_finetune__async.json"),
+        (ROOT / "traces/cuda/vit_train__default.pickle.xz", ROOT / "traces/cuda/vit_train__async.json"),
+        (ROOT / "traces/cuda/t5_generate__default.pickle.xz", ROOT / "traces/cuda/t5_generate__async.json"),
     ]
     out = []
     for requests, real in cases:

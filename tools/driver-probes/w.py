@@ -40,6 +40,33 @@ def two_streams(steps,rng):
         x.square().mean().backward();opt.step();opt.zero_grad(set_to_none=True)
         del pre,extra,x
     torch.cuda.synchronize()
+def bert_finetune(steps,rng):
+    from transformers import BertConfig,BertForSequenceClassification
+    cfg=BertConfig(num_hidden_layers=12,hidden_size=768,num_attention_heads=12,intermediate_size=3072,vocab_size=30522)
+    model=BertForSequenceClassification(cfg).cuda();opt=torch.optim.AdamW(model.parameters(),lr=2e-5)
+    for _ in range(steps):
+        bs=rng.choice([8,16,32]);seq=rng.randint(32,512)
+        x=torch.randint(0,cfg.vocab_size,(bs,seq),device="cuda");y=torch.randint(0,2,(bs,),device="cuda")
+        with torch.autocast("cuda",dtype=torch.bfloat16):loss=model(input_ids=x,labels=y).loss
+        loss.backward();opt.step();opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+def vit_train(steps,rng):
+    import torchvision
+    model=torchvision.models.vit_b_16().cuda();opt=torch.optim.SGD(model.parameters(),lr=0.01,momentum=0.9);lossf=torch.nn.CrossEntropyLoss()
+    for _ in range(steps):
+        bs=rng.choice([16,32,64]);x=torch.randn(bs,3,224,224,device="cuda");y=torch.randint(0,1000,(bs,),device="cuda")
+        loss=lossf(model(x),y);loss.backward();opt.step();opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+def t5_generate(steps,rng):
+    from transformers import T5Config,T5ForConditionalGeneration
+    cfg=T5Config(d_model=512,d_ff=2048,num_layers=6,num_heads=8,vocab_size=32128,decoder_start_token_id=0,pad_token_id=0)
+    model=T5ForConditionalGeneration(cfg).cuda().eval()
+    with torch.no_grad():
+        for _ in range(steps):
+            bs=rng.choice([1,4,8]);n=rng.randint(16,512)
+            x=torch.randint(1,cfg.vocab_size,(bs,n),device="cuda")
+            model.generate(input_ids=x,attention_mask=torch.ones_like(x),max_new_tokens=rng.randint(16,64),num_beams=4,do_sample=False)
+    torch.cuda.synchronize()
 def req(snap,path):
     e=[t for t in snap["device_traces"] if t][0];ids={};n=0;streams={};out=[]
     for k,x in enumerate(e):
