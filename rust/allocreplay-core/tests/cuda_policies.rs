@@ -122,7 +122,7 @@ fn async_workloads() -> Vec<(&'static str, PathBuf, PathBuf)> {
 /// the calibration target; the other six are held out: three of them were captured after the
 /// placement rule was first chosen and changed it, docs/cuda-policies.md). The bounds are the
 /// accuracy measured there, kept so that a regression shows: mean |error| <= 4%, every workload
-/// within 9%, and within 3% on at least four of the seven. Used bytes are the requests: exact.
+/// within 7%, and within 3% on at least four of the seven. Used bytes are the requests: exact.
 #[test]
 fn cuda_async_against_the_repeated_real_runs_of_seven_workloads() {
     let mut errors = Vec::new();
@@ -138,7 +138,7 @@ fn cuda_async_against_the_repeated_real_runs_of_seven_workloads() {
     let mean = errors.iter().map(|e| e.1).sum::<f64>() / errors.len() as f64;
     assert!(mean <= 0.04, "mean |error| {:.2}%", mean * 100.0);
     for (name, e) in &errors {
-        assert!(*e <= 0.09, "{name}: {:.2}%", e * 100.0);
+        assert!(*e <= 0.07, "{name}: {:.2}%", e * 100.0);
     }
     let within = errors.iter().filter(|e| e.1 <= 0.03).count();
     assert!(within >= 4, "within 3% on {within} of 7: {errors:?}");
@@ -146,10 +146,10 @@ fn cuda_async_against_the_repeated_real_runs_of_seven_workloads() {
 
 /// Where the driver's own result on an idle GPU is known (the same requests replayed through
 /// cudaMallocAsync, tools/driver-probes/replays-h200-580.159.txt), the model gives it to the byte
-/// on resnet50_train and t5_generate.
+/// on resnet50_train, vit_train and t5_generate.
 #[test]
-fn cuda_async_equals_the_gpu_replay_on_resnet50_and_t5() {
-    for name in ["resnet50_train", "t5_generate"] {
+fn cuda_async_equals_the_gpu_replay_on_resnet50_vit_and_t5() {
+    for name in ["resnet50_train", "vit_train", "t5_generate"] {
         let s = replay(&repo(&format!("traces/cuda/{name}__default.pickle.xz")), "cuda-async", None);
         assert_eq!(s.peak_reserved, measured_async_peak(name), "{name}");
     }

@@ -12,13 +12,15 @@
 //!   apart); `UsedMemCurrent` counts the unrounded bytes, and that is what PyTorch reports as
 //!   `allocated_bytes` under this backend (`CudaMallocAsyncAllocator::getDeviceStats`).
 //! - The pool is one virtual range. Placement is not documented; the rule here was fitted to
-//!   GPU replays and real runs of seven workloads (docs/cuda-policies.md): a request takes the
-//!   most recently freed, split or coalesced free range that fits, at its front; the rest of
+//!   GPU replays and real runs of seven workloads (docs/cuda-policies.md): a request takes a
+//!   freed range of exactly its size if there is one (probe P5: holes of 4, 8 and 6 MiB each
+//!   went to the request of their size), else the most recently freed, split or coalesced
+//!   free range that fits, at its front; the rest of
 //!   the range becomes the most recent; freed neighbours coalesce at once. The pool's unused
 //!   top (above its high-water mark) serves a request only when no freed range fits, and a
 //!   range freed just below it stays a range of its own (in GPU replays of six workloads, 28 of
 //!   1,664 allocations at the high-water mark had a freed block that would have fitted). It is not
-//!   the driver's exact rule (small probes such as P5 picked holes by size).
+//!   the driver's exact rule: it predicts the peak, not most addresses.
 //! - Physical memory backs the range in chunks of 32 MiB (`chunk_size`): a 1-byte request makes
 //!   `ReservedMemCurrent` 32 MiB, 3000 MiB makes it 3008 MiB. `reserved` is the chunks mapped
 //!   (PyTorch's `reserved_bytes` under this backend is `cudaMemPoolAttrReservedMemCurrent/High`).
@@ -164,6 +166,8 @@ pub struct CudaAsync {
     top: u64,
     /// Recency: stamp -> start, and the lengths by stamp for "newest range that fits".
     by_stamp: BTreeMap<u64, u64>,
+    /// (length, stamp) -> start: the newest range of exactly a request's size.
+    by_size: BTreeMap<(u64, u64), u64>,
     recency: MaxTree,
     next_stamp: u64,
     chunks: Vec<Chunk>,
@@ -229,6 +233,7 @@ impl CudaAsync {
             by_addr: BTreeMap::new(),
             top: 0,
             by_stamp: BTreeMap::new(),
+            by_size: BTreeMap::new(),
             recency: MaxTree::default(),
             next_stamp: 0,
             chunks: Vec::new(),
@@ -337,6 +342,7 @@ impl CudaAsync {
             let ranges: Vec<(u64, u64, u64)> =
                 self.by_stamp.iter().map(|(&st, &start)| (st, start, self.by_addr[&start].0)).collect();
             self.by_stamp.clear();
+            self.by_size.clear();
             self.recency = MaxTree::new((2 * ranges.len() + 2).max(1024));
             self.next_stamp = 0;
             for (_, start, end) in ranges {
@@ -344,6 +350,7 @@ impl CudaAsync {
                 self.next_stamp += 1;
                 self.by_addr.insert(start, (end, st));
                 self.by_stamp.insert(st, start);
+                self.by_size.insert((end - start, st), start);
                 self.recency.set(st as usize, end - start);
             }
         }
@@ -355,20 +362,26 @@ impl CudaAsync {
     fn insert_free(&mut self, start: u64, end: u64, stamp: u64) {
         self.by_addr.insert(start, (end, stamp));
         self.by_stamp.insert(stamp, start);
+        self.by_size.insert((end - start, stamp), start);
         self.recency.set(stamp as usize, end - start);
     }
 
     fn remove_free(&mut self, start: u64) -> (u64, u64) {
         let (end, stamp) = self.by_addr.remove(&start).expect("free range");
         self.by_stamp.remove(&stamp);
+        self.by_size.remove(&(end - start, stamp));
         self.recency.set(stamp as usize, 0);
         (end, stamp)
     }
 
     /// The driver's placement, as fitted to GPU replays and real runs (docs/cuda-policies.md):
-    /// the most recently freed (or split, or coalesced) range that fits; the pool's unused top
-    /// only when no freed range fits. Returns (start, end).
+    /// a freed range of exactly the request's size (the newest of them), else the most recently
+    /// freed (or split, or coalesced) range that fits; the pool's unused top only when no freed
+    /// range fits. Returns (start, end).
     fn find_fit(&self, size: u64) -> Option<(u64, u64)> {
+        if let Some((_, &start)) = self.by_size.range((size, 0)..=(size, u64::MAX)).next_back() {
+            return Some((start, start + size));
+        }
         if let Some(stamp) = self.recency.rightmost_at_least(size) {
             let start = self.by_stamp[&(stamp as u64)];
             return Some((start, self.by_addr[&start].0));
@@ -639,13 +652,9 @@ mod tests {
     }
 
     #[test]
-    fn freed_ranges_serve_newest_first_and_the_top_only_when_none_fits() {
+    fn exact_size_first_then_newest_then_the_top() {
         // Placement fitted to GPU replays and real runs (docs/cuda-policies.md): blocks 4, g, 8,
-        // g, 6, g MiB (top at 24); free the 4, then the 8, then the 6. 4 MiB takes the 6 MiB
-        // hole (freed last); its 2 MiB rest is now the newest range but too small for the next
-        // 4 MiB, which takes the 8 MiB hole; 8 MiB then fits no freed range (4, 4, 2 MiB left)
-        // and takes the top, after the last guard. (The driver's probe P5, with three exact
-        // sizes in an otherwise empty pool, took the hole of each size; see the docs.)
+        // g, 6, g MiB (top at 24); free the 4, then the 8, then the 6.
         let mut d = DeviceMemory::new(None);
         let mut p = pool(u64::MAX);
         let sizes = [4, 2, 8, 2, 6, 2];
@@ -653,17 +662,28 @@ mod tests {
         for id in [0, 2, 4] {
             free(&mut p, id, &mut d);
         }
-        assert_eq!(p.malloc(&req(10, 4 * MIB), &mut d).unwrap().addr, addrs[4]);
-        assert_eq!(p.malloc(&req(11, 4 * MIB), &mut d).unwrap().addr, addrs[2]);
-        assert_eq!(p.malloc(&req(12, 8 * MIB), &mut d).unwrap().addr, addrs[5] + 2 * MIB);
-        // 1 MiB: the rest of the 8 MiB hole (split last, so the newest freed range) serves it,
-        // not the top.
-        assert_eq!(p.malloc(&req(13, MIB), &mut d).unwrap().addr, addrs[2] + 4 * MIB);
-        // Freeing the 4 MiB at addrs[2] merges with nothing (live neighbours on both sides);
-        // 8 MiB fits no freed range and takes the top; 4 MiB then takes the range just freed.
-        free(&mut p, 11, &mut d);
-        assert_eq!(p.malloc(&req(14, 8 * MIB), &mut d).unwrap().addr, addrs[5] + 10 * MIB);
-        assert_eq!(p.malloc(&req(15, 4 * MIB), &mut d).unwrap().addr, addrs[2]);
+        // 4 MiB: the 4 MiB hole, of its exact size, though the 6 MiB one was freed last.
+        assert_eq!(p.malloc(&req(10, 4 * MIB), &mut d).unwrap().addr, addrs[0]);
+        // 4 MiB again: no exact size left; the newest that fits is the 6 MiB hole, split from
+        // its front (its 2 MiB rest becomes the newest range).
+        assert_eq!(p.malloc(&req(11, 4 * MIB), &mut d).unwrap().addr, addrs[4]);
+        // 6 MiB: only the 8 MiB hole fits (its 2 MiB rest becomes the newest).
+        assert_eq!(p.malloc(&req(12, 6 * MIB), &mut d).unwrap().addr, addrs[2]);
+        // 8 MiB fits no freed range (2 and 2 MiB left): the top, after the last guard.
+        assert_eq!(p.malloc(&req(13, 8 * MIB), &mut d).unwrap().addr, addrs[5] + 2 * MIB);
+        // 2 MiB: two freed ranges of exactly that size; the newer, the rest of the 8 MiB hole.
+        assert_eq!(p.malloc(&req(14, 2 * MIB), &mut d).unwrap().addr, addrs[2] + 6 * MIB);
+        // 1 MiB: no exact size; the newest range that fits is the other 2 MiB rest, not the top.
+        assert_eq!(p.malloc(&req(15, MIB), &mut d).unwrap().addr, addrs[4] + 4 * MIB);
+        // Probe P5: holes of exactly 4, 8 and 6 MiB, asked for 6, 4, 8: each takes its own.
+        let mut p = pool(u64::MAX);
+        let addrs: Vec<u64> = sizes.iter().enumerate().map(|(i, &s)| p.malloc(&req(i as u64, s * MIB), &mut d).unwrap().addr).collect();
+        for id in [0, 2, 4] {
+            free(&mut p, id, &mut d);
+        }
+        assert_eq!(p.malloc(&req(10, 6 * MIB), &mut d).unwrap().addr, addrs[4]);
+        assert_eq!(p.malloc(&req(11, 4 * MIB), &mut d).unwrap().addr, addrs[0]);
+        assert_eq!(p.malloc(&req(12, 8 * MIB), &mut d).unwrap().addr, addrs[2]);
         // Probe P5b: a freed 20 MiB range serves 3 MiB at its front, then 1 KiB right after.
         let mut p = pool(u64::MAX);
         let a = p.malloc(&req(0, 20 * MIB), &mut d).unwrap().addr;
