@@ -22,7 +22,15 @@ fn main() {
     let trace = load(&path, &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let device = trace.devices()[0];
     println!("trace: {} ({} events)", path.display(), trace.num_events());
-    for spec in ["pytorch", "pytorch:expandable_segments:True", "pytorch:max_split_size_mb:128", "pytorch:roundup_power2_divisions:4"] {
+    for spec in [
+        "pytorch",
+        "pytorch:expandable_segments:True",
+        "pytorch:max_split_size_mb:128",
+        "pytorch:roundup_power2_divisions:4",
+        "cuda-async",
+        "cuda-malloc",
+        "managed",
+    ] {
         let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(device), capacity: None };
         let (mut events, mut runs) = (0usize, 0usize);
         let start = Instant::now();
