@@ -138,7 +138,7 @@ def xla_section(shared: Path) -> list[str]:
 
 
 def real_async_runs() -> dict[str, list[int]]:
-    """Peak reserved of every real backend:cudaMallocAsync run of the seven workloads
+    """Peak reserved of every real backend:cudaMallocAsync run of the nine workloads
     (tools/driver-probes/realruns-h200-580.159.txt: the same program and seed, run 3-7 times)."""
     runs: dict[str, list[int]] = {}
     for line in (ROOT / "tools/driver-probes/realruns-h200-580.159.txt").read_text().splitlines():
@@ -177,6 +177,8 @@ ASYNC_CASES = [
     ("bert_finetune", "traces/cuda/bert_finetune__default.pickle.xz"),
     ("vit_train", "traces/cuda/vit_train__default.pickle.xz"),
     ("t5_generate", "traces/cuda/t5_generate__default.pickle.xz"),
+    ("gpt2_generate", "traces/cuda/gpt2_generate__default.pickle.xz"),
+    ("convnext_train", "traces/cuda/convnext_train__default.pickle.xz"),
 ]
 
 
@@ -194,6 +196,8 @@ def held_out_async(shared: Path) -> list[str]:
         (ROOT / "traces/cuda/bert_finetune__default.pickle.xz", ROOT / "traces/cuda/bert_finetune__async.json"),
         (ROOT / "traces/cuda/vit_train__default.pickle.xz", ROOT / "traces/cuda/vit_train__async.json"),
         (ROOT / "traces/cuda/t5_generate__default.pickle.xz", ROOT / "traces/cuda/t5_generate__async.json"),
+        (ROOT / "traces/cuda/gpt2_generate__default.pickle.xz", ROOT / "traces/cuda/gpt2_generate__async.json"),
+        (ROOT / "traces/cuda/convnext_train__default.pickle.xz", ROOT / "traces/cuda/convnext_train__async.json"),
     ]
     out = []
     for requests, real in cases:

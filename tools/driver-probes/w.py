@@ -67,6 +67,24 @@ def t5_generate(steps,rng):
             x=torch.randint(1,cfg.vocab_size,(bs,n),device="cuda")
             model.generate(input_ids=x,attention_mask=torch.ones_like(x),max_new_tokens=rng.randint(16,64),num_beams=4,do_sample=False)
     torch.cuda.synchronize()
+def gpt2_generate(steps,rng):
+    from transformers import GPT2Config,GPT2LMHeadModel
+    cfg=GPT2Config(n_layer=12,n_embd=768,n_head=12,n_positions=1024,vocab_size=50257)
+    model=GPT2LMHeadModel(cfg).cuda().to(torch.bfloat16).eval()
+    with torch.no_grad():
+        for _ in range(steps):
+            bs=rng.choice([1,2,4]);n=rng.randint(16,600)
+            x=torch.randint(0,cfg.vocab_size,(bs,n),device="cuda")
+            model.generate(input_ids=x,attention_mask=torch.ones_like(x),max_new_tokens=rng.randint(16,96),num_beams=3,do_sample=False,pad_token_id=0)
+    torch.cuda.synchronize()
+def convnext_train(steps,rng):
+    import torchvision
+    model=torchvision.models.convnext_tiny().cuda();opt=torch.optim.AdamW(model.parameters(),lr=1e-3);lossf=torch.nn.CrossEntropyLoss()
+    for _ in range(steps):
+        bs=rng.choice([32,64,96]);x=torch.randn(bs,3,224,224,device="cuda");y=torch.randint(0,1000,(bs,),device="cuda")
+        with torch.autocast("cuda",dtype=torch.bfloat16):loss=lossf(model(x),y)
+        loss.backward();opt.step();opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
 def req(snap,path):
     e=[t for t in snap["device_traces"] if t][0];ids={};n=0;streams={};out=[]
     for k,x in enumerate(e):

@@ -1,6 +1,6 @@
 //! Peak reserved of `cuda-async` against the real runs under `backend:cudaMallocAsync` (their
 //! median, over 3-7 runs of the same program) and the GPU replays of the same requests, on the
-//! seven workloads of docs/cuda-policies.md:
+//! nine workloads of docs/cuda-policies.md:
 //! `cargo run -p allocreplay-core --example cuda_async_table [SPEC]`.
 use allocreplay_core::engine::{replay_device, ReplayOptions};
 use allocreplay_core::import::{load, ImportOptions};
@@ -23,6 +23,8 @@ fn main() {
         ("bert_finetune", cuda.join("bert_finetune__default.pickle.xz")),
         ("vit_train", cuda.join("vit_train__default.pickle.xz")),
         ("t5_generate", cuda.join("t5_generate__default.pickle.xz")),
+        ("gpt2_generate", cuda.join("gpt2_generate__default.pickle.xz")),
+        ("convnext_train", cuda.join("convnext_train__default.pickle.xz")),
     ];
     println!("| workload | real runs | median | GPU replay | {spec} | vs median | vs replay |");
     println!("|---|---|---|---|---|---|---|");

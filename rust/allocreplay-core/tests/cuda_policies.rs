@@ -104,7 +104,7 @@ fn median(mut v: Vec<u64>) -> f64 {
     if n % 2 == 1 { v[n / 2] as f64 } else { (v[n / 2 - 1] + v[n / 2]) as f64 / 2.0 }
 }
 
-/// The seven workloads with real cudaMallocAsync runs: each one's requests (a default-allocator
+/// The nine workloads with real cudaMallocAsync runs: each one's requests (a default-allocator
 /// trace of the same program and seed) and the async run whose used bytes are checked.
 fn async_workloads() -> Vec<(&'static str, PathBuf, PathBuf)> {
     vec![
@@ -115,16 +115,19 @@ fn async_workloads() -> Vec<(&'static str, PathBuf, PathBuf)> {
         ("bert_finetune", repo("traces/cuda/bert_finetune__default.pickle.xz"), repo("traces/cuda/bert_finetune__async.json")),
         ("vit_train", repo("traces/cuda/vit_train__default.pickle.xz"), repo("traces/cuda/vit_train__async.json")),
         ("t5_generate", repo("traces/cuda/t5_generate__default.pickle.xz"), repo("traces/cuda/t5_generate__async.json")),
+        ("gpt2_generate", repo("traces/cuda/gpt2_generate__default.pickle.xz"), repo("traces/cuda/gpt2_generate__async.json")),
+        ("convnext_train", repo("traces/cuda/convnext_train__default.pickle.xz"), repo("traces/cuda/convnext_train__async.json")),
     ]
 }
 
-/// The model against the median of the repeated real runs of seven workloads (gpt2_train was
-/// the calibration target; the other six are held out: three of them were captured after the
-/// placement rule was first chosen and changed it, docs/cuda-policies.md). The bounds are the
-/// accuracy measured there, kept so that a regression shows: mean |error| <= 4%, every workload
-/// within 7%, and within 3% on at least four of the seven. Used bytes are the requests: exact.
+/// The model against the median of the repeated real runs of nine workloads (gpt2_train was
+/// the calibration target; three workloads captured later overturned the first placement rule;
+/// gpt2_generate and convnext_train were captured after the final rule was chosen and never
+/// used to choose it, docs/cuda-policies.md). The bounds are the accuracy measured there, kept
+/// so that a regression shows: mean |error| <= 3%, every workload within 7%, and within 3% on
+/// at least six of the nine. Used bytes are the requests: exact.
 #[test]
-fn cuda_async_against_the_repeated_real_runs_of_seven_workloads() {
+fn cuda_async_against_the_repeated_real_runs_of_nine_workloads() {
     let mut errors = Vec::new();
     for (name, requests, async_json) in async_workloads() {
         let s = replay(&requests, "cuda-async", None);
@@ -136,20 +139,20 @@ fn cuda_async_against_the_repeated_real_runs_of_seven_workloads() {
         errors.push((name, err.abs()));
     }
     let mean = errors.iter().map(|e| e.1).sum::<f64>() / errors.len() as f64;
-    assert!(mean <= 0.04, "mean |error| {:.2}%", mean * 100.0);
+    assert!(mean <= 0.03, "mean |error| {:.2}%", mean * 100.0);
     for (name, e) in &errors {
         assert!(*e <= 0.07, "{name}: {:.2}%", e * 100.0);
     }
     let within = errors.iter().filter(|e| e.1 <= 0.03).count();
-    assert!(within >= 4, "within 3% on {within} of 7: {errors:?}");
+    assert!(within >= 6, "within 3% on {within} of 9: {errors:?}");
 }
 
 /// Where the driver's own result on an idle GPU is known (the same requests replayed through
 /// cudaMallocAsync, tools/driver-probes/replays-h200-580.159.txt), the model gives it to the byte
-/// on resnet50_train, vit_train and t5_generate.
+/// on resnet50_train, vit_train, t5_generate and gpt2_generate.
 #[test]
-fn cuda_async_equals_the_gpu_replay_on_resnet50_vit_and_t5() {
-    for name in ["resnet50_train", "vit_train", "t5_generate"] {
+fn cuda_async_equals_the_gpu_replay_on_four_workloads() {
+    for name in ["resnet50_train", "vit_train", "t5_generate", "gpt2_generate"] {
         let s = replay(&repo(&format!("traces/cuda/{name}__default.pickle.xz")), "cuda-async", None);
         assert_eq!(s.peak_reserved, measured_async_peak(name), "{name}");
     }
