@@ -2,6 +2,8 @@
 //!
 //!     cargo bench -p allocreplay-core --bench replay [-- TRACE]
 //!
+//! `ALLOCREPLAY_BENCH_POLICIES="cuda-async;managed"` replaces the list of policies.
+//!
 //! Default TRACE: ../shared/traces/pytorch/gpt2_train__default.pickle.xz (52,626 events).
 //! Each policy replays the whole trace repeatedly (a fresh allocator each time) for about two
 //! seconds; events/s counts every replayed request event.
@@ -22,15 +24,24 @@ fn main() {
     let trace = load(&path, &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let device = trace.devices()[0];
     println!("trace: {} ({} events)", path.display(), trace.num_events());
-    for spec in [
-        "pytorch",
-        "pytorch:expandable_segments:True",
-        "pytorch:max_split_size_mb:128",
-        "pytorch:roundup_power2_divisions:4",
-        "cuda-async",
-        "cuda-malloc",
-        "managed",
-    ] {
+    // ALLOCREPLAY_BENCH_POLICIES=spec;spec... replaces the list (e.g. to profile one policy).
+    let custom = std::env::var("ALLOCREPLAY_BENCH_POLICIES").ok();
+    let specs: Vec<String> = match &custom {
+        Some(list) => list.split(';').map(str::to_string).collect(),
+        None => [
+            "pytorch",
+            "pytorch:expandable_segments:True",
+            "pytorch:max_split_size_mb:128",
+            "pytorch:roundup_power2_divisions:4",
+            "cuda-async",
+            "cuda-malloc",
+            "managed",
+        ]
+        .map(String::from)
+        .to_vec(),
+    };
+    for spec in &specs {
+        let spec = spec.as_str();
         let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(device), capacity: None };
         let (mut events, mut runs) = (0usize, 0usize);
         let start = Instant::now();

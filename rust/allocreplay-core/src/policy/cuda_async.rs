@@ -59,6 +59,8 @@ use crate::units::{parse_capacity, Capacity};
 pub const POOL_ALIGN: u64 = 512;
 /// Physical chunk size of the pool (measured on driver 580.159, H200).
 pub const DEFAULT_CHUNK: u64 = 32 << 20;
+/// `CudaAsync::stamp_start` of a stamp with no free range.
+const NO_RANGE: u64 = u64::MAX;
 /// Virtual range the simulated pool reserves (the driver reserves a large range up front).
 const POOL_VA: u64 = 1 << 40;
 
@@ -164,8 +166,9 @@ pub struct CudaAsync {
     /// The pool's high-water mark: nothing at or above it was ever handed out. It only grows
     /// (a freed range just below it stays a range of its own).
     top: u64,
-    /// Recency: stamp -> start, and the lengths by stamp for "newest range that fits".
-    by_stamp: BTreeMap<u64, u64>,
+    /// Recency: the start of the free range with each stamp (`NO_RANGE`: none); `recency`
+    /// holds the lengths by stamp, for "newest range that fits".
+    stamp_start: Vec<u64>,
     /// (length, stamp) -> start: the newest range of exactly a request's size.
     by_size: BTreeMap<(u64, u64), u64>,
     recency: MaxTree,
@@ -232,7 +235,7 @@ impl CudaAsync {
             base: None,
             by_addr: BTreeMap::new(),
             top: 0,
-            by_stamp: BTreeMap::new(),
+            stamp_start: Vec::new(),
             by_size: BTreeMap::new(),
             recency: MaxTree::default(),
             next_stamp: 0,
@@ -339,17 +342,21 @@ impl CudaAsync {
     /// past its size, the free ranges are renumbered in order (amortised O(log n)).
     fn stamp(&mut self) -> u64 {
         if self.next_stamp as usize >= self.recency.len() {
-            let ranges: Vec<(u64, u64, u64)> =
-                self.by_stamp.iter().map(|(&st, &start)| (st, start, self.by_addr[&start].0)).collect();
-            self.by_stamp.clear();
+            // In stamp order, so that recency is kept.
+            let ranges: Vec<(u64, u64)> = self.stamp_start[..self.next_stamp as usize]
+                .iter()
+                .filter(|&&start| start != NO_RANGE)
+                .map(|&start| (start, self.by_addr[&start].0))
+                .collect();
             self.by_size.clear();
             self.recency = MaxTree::new((2 * ranges.len() + 2).max(1024));
+            self.stamp_start = vec![NO_RANGE; self.recency.len()];
             self.next_stamp = 0;
-            for (_, start, end) in ranges {
+            for (start, end) in ranges {
                 let st = self.next_stamp;
                 self.next_stamp += 1;
                 self.by_addr.insert(start, (end, st));
-                self.by_stamp.insert(st, start);
+                self.stamp_start[st as usize] = start;
                 self.by_size.insert((end - start, st), start);
                 self.recency.set(st as usize, end - start);
             }
@@ -361,14 +368,14 @@ impl CudaAsync {
 
     fn insert_free(&mut self, start: u64, end: u64, stamp: u64) {
         self.by_addr.insert(start, (end, stamp));
-        self.by_stamp.insert(stamp, start);
+        self.stamp_start[stamp as usize] = start;
         self.by_size.insert((end - start, stamp), start);
         self.recency.set(stamp as usize, end - start);
     }
 
     fn remove_free(&mut self, start: u64) -> (u64, u64) {
         let (end, stamp) = self.by_addr.remove(&start).expect("free range");
-        self.by_stamp.remove(&stamp);
+        self.stamp_start[stamp as usize] = NO_RANGE;
         self.by_size.remove(&(end - start, stamp));
         self.recency.set(stamp as usize, 0);
         (end, stamp)
@@ -383,7 +390,7 @@ impl CudaAsync {
             return Some((start, start + size));
         }
         if let Some(stamp) = self.recency.rightmost_at_least(size) {
-            let start = self.by_stamp[&(stamp as u64)];
+            let start = self.stamp_start[stamp];
             return Some((start, self.by_addr[&start].0));
         }
         (POOL_VA - self.top >= size).then_some((self.top, POOL_VA))
@@ -568,7 +575,11 @@ impl MaxTree {
         self.t[i] = v;
         while i > 1 {
             i /= 2;
-            self.t[i] = self.t[2 * i].max(self.t[2 * i + 1]);
+            let m = self.t[2 * i].max(self.t[2 * i + 1]);
+            if self.t[i] == m {
+                break; // the ancestors' maxima do not change either
+            }
+            self.t[i] = m;
         }
     }
 
