@@ -12,15 +12,15 @@
 //!   apart); `UsedMemCurrent` counts the unrounded bytes, and that is what PyTorch reports as
 //!   `allocated_bytes` under this backend (`CudaMallocAsyncAllocator::getDeviceStats`).
 //! - The pool is one virtual range. Placement is not documented; the rule here was fitted to
-//!   GPU replays and real runs of seven workloads (docs/cuda-policies.md): a request takes a
-//!   freed range of exactly its size if there is one (probe P5: holes of 4, 8 and 6 MiB each
-//!   went to the request of their size), else the most recently freed, split or coalesced
-//!   free range that fits, at its front; the rest of
-//!   the range becomes the most recent; freed neighbours coalesce at once. The pool's unused
-//!   top (above its high-water mark) serves a request only when no freed range fits, and a
-//!   range freed just below it stays a range of its own (in GPU replays of six workloads, 28 of
-//!   1,664 allocations at the high-water mark had a freed block that would have fitted). It is not
-//!   the driver's exact rule: it predicts the peak, not most addresses.
+//!   GPU replays and real runs of seven workloads and tested on two more (docs/cuda-policies.md):
+//!   a request takes a freed range of exactly its size if there is one (probe P5: holes of 4, 8
+//!   and 6 MiB each went to the request of their size), else the most recently freed, split or
+//!   coalesced free range that fits, at its front; the rest of the range becomes the most recent;
+//!   freed neighbours coalesce at once. The pool's unused top (above its high-water mark) serves
+//!   a request only when no freed range fits, and a range freed just below it stays a range of
+//!   its own (in GPU replays of six workloads, 28 of 1,664 allocations at the high-water mark
+//!   had a freed block that would have fitted). It is not the driver's exact rule: it predicts
+//!   the peak, not most addresses.
 //! - Physical memory backs the range in chunks of 32 MiB (`chunk_size`): a 1-byte request makes
 //!   `ReservedMemCurrent` 32 MiB, 3000 MiB makes it 3008 MiB. `reserved` is the chunks mapped
 //!   (PyTorch's `reserved_bytes` under this backend is `cudaMemPoolAttrReservedMemCurrent/High`).

@@ -98,7 +98,7 @@ impl Block {
 /// `BlockPool`: free blocks ordered by `BlockComparatorSize` (stream, size, ptr), unmapped
 /// blocks of expandable segments by `BlockComparatorAddress` (stream, ptr). Keys are packed
 /// into one `u128` (see [`size_key`]): the stream as its rank among the streams seen, then
-/// size and address (each below 2^48), which orders blocks like the tuple within a stream.
+/// size and address, which orders blocks like the tuple within a stream.
 #[derive(Debug, Default)]
 struct BlockPool {
     blocks: SortedMap,
@@ -183,11 +183,12 @@ pub struct CachingAllocator {
     streams: Vec<u64>,
 }
 
-/// `BlockComparatorSize` key: (stream rank, size, ptr) packed as 32 + 48 + 48 bits.
+/// `BlockComparatorSize` key: (stream rank, size, ptr) packed as 16 + 56 + 56 bits (sizes and
+/// addresses below 64 PiB; a device sees far fewer than 65,536 streams).
 #[inline]
 fn size_key(rank: u32, size: u64, ptr: u64) -> u128 {
-    debug_assert!(size < 1 << 48 && ptr < 1 << 48);
-    (u128::from(rank) << 96) | (u128::from(size) << 48) | u128::from(ptr)
+    debug_assert!(rank < 1 << 16 && size < 1 << 56 && ptr < 1 << 56);
+    (u128::from(rank) << 112) | (u128::from(size) << 56) | u128::from(ptr)
 }
 
 /// `BlockComparatorAddress` key: (stream rank, ptr).
