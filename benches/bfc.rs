@@ -95,6 +95,11 @@ fn main() {
             replay_device(&big, 0, p.as_mut(), &ropts)
         });
         assert!(r.first_oom.is_none());
-        println!("replay  {spec:<48} {n:>9} events  {:>7.1} ms  {:>6.2} M events/s  (peak in use {})", secs * 1e3, n as f64 / secs / 1e6, r.stats.peak_allocated);
+        println!(
+            "replay  {spec:<48} {n:>9} events  {:>7.1} ms  {:>6.2} M events/s  (peak in use {})",
+            secs * 1e3,
+            n as f64 / secs / 1e6,
+            r.stats.peak_allocated
+        );
     }
 }

@@ -293,7 +293,13 @@ fn main() {
     let _ = p;
     let (isecs, t) = best_of(10, || import_snapshot(&largest, &data, &opts).unwrap());
     let n = t.num_events();
-    println!("real   {:>9} events  parse {:>7.1} ms  import {:>7.1} ms  {:>6.2} M events/s", n, secs * 1e3, isecs * 1e3, n as f64 / isecs / 1e6);
+    println!(
+        "real   {:>9} events  parse {:>7.1} ms  import {:>7.1} ms  {:>6.2} M events/s",
+        n,
+        secs * 1e3,
+        isecs * 1e3,
+        n as f64 / isecs / 1e6
+    );
 
     let copies: usize = std::env::var("ALLOCREPLAY_BENCH_COPIES").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
     let synth = synthesize(&data, copies);

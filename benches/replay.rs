@@ -16,11 +16,9 @@ use allocreplay_core::import::{load, ImportOptions};
 use allocreplay_core::policy::{build, PolicyContext};
 
 fn main() {
-    let path = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch/gpt2_train__default.pickle.xz")));
+    let path = std::env::args().skip(1).find(|a| !a.starts_with('-')).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch/gpt2_train__default.pickle.xz"))
+    });
     let trace = load(&path, &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let device = trace.devices()[0];
     println!("trace: {} ({} events)", path.display(), trace.num_events());

@@ -71,13 +71,8 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
             jobs.push((spec.clone(), d, explicit, device_limit));
         }
     }
-    let threads = if req.threads == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    } else {
-        req.threads
-    }
-    .min(jobs.len())
-    .max(1);
+    let threads =
+        if req.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { req.threads }.min(jobs.len()).max(1);
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<Run>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let work = || loop {
@@ -257,8 +252,15 @@ pub fn timeline_batch(runs: &[Run]) -> RecordBatch {
 /// The segments each policy holds at the end of the replay.
 pub fn segments_batch(runs: &[Run]) -> RecordBatch {
     let (mut fields, mut columns) = key_columns(runs, |r| r.replay.segments.len());
-    let (mut addr, mut size, mut stream, mut pool, mut kind, mut alloc, mut blocks) =
-        (UInt64Builder::new(), UInt64Builder::new(), Int64Builder::new(), UInt32Builder::new(), StringBuilder::new(), UInt64Builder::new(), UInt32Builder::new());
+    let (mut addr, mut size, mut stream, mut pool, mut kind, mut alloc, mut blocks) = (
+        UInt64Builder::new(),
+        UInt64Builder::new(),
+        Int64Builder::new(),
+        UInt32Builder::new(),
+        StringBuilder::new(),
+        UInt64Builder::new(),
+        UInt32Builder::new(),
+    );
     for s in runs.iter().flat_map(|r| &r.replay.segments) {
         addr.append_value(s.addr);
         size.append_value(s.size);
@@ -314,7 +316,13 @@ pub fn placements_batch(runs: &[Run]) -> RecordBatch {
         Field::new("size", DataType::UInt64, false),
         Field::new("segment", DataType::UInt64, false),
     ]);
-    columns.extend([Arc::new(ev.finish()) as ArrayRef, Arc::new(id.finish()), Arc::new(addr.finish()), Arc::new(size.finish()), Arc::new(seg.finish())]);
+    columns.extend([
+        Arc::new(ev.finish()) as ArrayRef,
+        Arc::new(id.finish()),
+        Arc::new(addr.finish()),
+        Arc::new(size.finish()),
+        Arc::new(seg.finish()),
+    ]);
     batch(fields, columns)
 }
 
@@ -326,7 +334,7 @@ mod tests {
     use crate::policy::{OutOfMemory, Placement, Request, SegmentInfo};
     use crate::trace::{Action, DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
     use arrow_array::cast::AsArray;
-    use arrow_array::types::{UInt64Type, Int32Type};
+    use arrow_array::types::{Int32Type, UInt64Type};
     use std::collections::HashMap;
 
     /// A test-only policy: every request gets its own device allocation of the requested size
@@ -398,7 +406,10 @@ mod tests {
         push(Action::FreeCompleted, 0, 1000, 0);
         push(Action::Alloc, 3, 5000, 0);
         let mut md = TraceMetadata::new("test");
-        md.devices = vec![DeviceInfo { index: 0, total_memory: total, ..Default::default() }, DeviceInfo { index: 1, total_memory: total, ..Default::default() }];
+        md.devices = vec![
+            DeviceInfo { index: 0, total_memory: total, ..Default::default() },
+            DeviceInfo { index: 1, total_memory: total, ..Default::default() },
+        ];
         b.finish(md, FrameTable::default()).unwrap()
     }
 

@@ -33,7 +33,9 @@ const UNITS: &[(&str, u64)] = &[
 /// memory (`0.5`, `1.0`: a number with a decimal point and no unit).
 pub fn parse_capacity(text: &str) -> Result<Capacity> {
     let s = text.trim();
-    let bad = |why: &str| Error::InvalidArgument(format!("capacity '{text}': {why}; write bytes (17179869184), a size with a unit (80GiB, 81920MiB, 16GB) or a fraction of the device's memory (0.5)"));
+    let bad = |why: &str| {
+        Error::InvalidArgument(format!("capacity '{text}': {why}; write bytes (17179869184), a size with a unit (80GiB, 81920MiB, 16GB) or a fraction of the device's memory (0.5)"))
+    };
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(s.len());
     let (num, unit) = (s[..split].replace('_', ""), s[split..].trim());
     if num.is_empty() {

@@ -101,7 +101,11 @@ fn real_async_runs(workload: &str) -> Vec<u64> {
 fn median(mut v: Vec<u64>) -> f64 {
     v.sort_unstable();
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] as f64 } else { (v[n / 2 - 1] + v[n / 2]) as f64 / 2.0 }
+    if n % 2 == 1 {
+        v[n / 2] as f64
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) as f64 / 2.0
+    }
 }
 
 /// The nine workloads with real cudaMallocAsync runs: each one's requests (a default-allocator

@@ -75,7 +75,11 @@ fn jaxlm_imports_the_device_allocator_by_default() {
     assert_eq!(d.memory_cap, Some(112_583_507_968));
     assert_eq!(t.metadata.source_version.as_deref(), Some("0.11.2"));
     // The pinned-host allocator on request.
-    let host = load(&shared("jax/jaxlm__default.xplane.pb.xz"), &ImportOptions { allocator: Some("xla_gpu_host_bfc".into()), ..Default::default() }).unwrap();
+    let host = load(
+        &shared("jax/jaxlm__default.xplane.pb.xz"),
+        &ImportOptions { allocator: Some("xla_gpu_host_bfc".into()), ..Default::default() },
+    )
+    .unwrap();
     assert_eq!(host.metadata.devices[0].memory_cap, Some(64 << 30), "xla_gpu_host_bfc: kGpuHostMemoryLimitBytes");
     assert_exact(&validate(&host, None));
 }

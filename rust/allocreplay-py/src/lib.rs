@@ -24,8 +24,18 @@ use pyo3::types::PyCapsule;
 
 create_exception!(allocreplay.errors, AllocReplayError, PyException, "Base class of every error allocreplay raises.");
 create_exception!(allocreplay.errors, TraceIOError, AllocReplayError, "A file could not be opened, read or written.");
-create_exception!(allocreplay.errors, TraceFormatError, AllocReplayError, "A file is corrupt, truncated, or not the kind of input it claims to be.");
-create_exception!(allocreplay.errors, UnsafePickleError, AllocReplayError, "A pickle holds something other than plain dicts, lists, strings and numbers; it was refused, never executed.");
+create_exception!(
+    allocreplay.errors,
+    TraceFormatError,
+    AllocReplayError,
+    "A file is corrupt, truncated, or not the kind of input it claims to be."
+);
+create_exception!(
+    allocreplay.errors,
+    UnsafePickleError,
+    AllocReplayError,
+    "A pickle holds something other than plain dicts, lists, strings and numbers; it was refused, never executed."
+);
 create_exception!(allocreplay.errors, UnknownFormatError, AllocReplayError, "The format of a source could not be recognised.");
 create_exception!(allocreplay.errors, SchemaError, AllocReplayError, "An .arrow file is not a trace of a supported format version.");
 create_exception!(allocreplay.errors, PolicySpecError, AllocReplayError, "A policy specification names an unknown policy or option.");
@@ -176,7 +186,9 @@ fn xla_runtime_trace(py: Python<'_>, path: PathBuf, program: Option<String>, cal
     let t = py
         .detach(move || {
             let programs = allocreplay_core::import::xla::load_dump(&path)?;
-            let temp = |p: &allocreplay_core::import::xla::XlaProgram| -> i64 { p.allocations.iter().filter(|a| a.is_preallocated_temp()).map(|a| a.size).sum() };
+            let temp = |p: &allocreplay_core::import::xla::XlaProgram| -> i64 {
+                p.allocations.iter().filter(|a| a.is_preallocated_temp()).map(|a| a.size).sum()
+            };
             let chosen = match &program {
                 Some(name) => programs.iter().find(|p| p.program.contains(name.as_str())).ok_or_else(|| {
                     Error::InvalidArgument(format!(
@@ -185,7 +197,10 @@ fn xla_runtime_trace(py: Python<'_>, path: PathBuf, program: Option<String>, cal
                         programs.iter().map(|p| p.program.as_str()).collect::<Vec<_>>().join(", ")
                     ))
                 })?,
-                None => programs.iter().max_by_key(|p| temp(p)).ok_or_else(|| Error::InvalidArgument(format!("{}: no programs", path.display())))?,
+                None => programs
+                    .iter()
+                    .max_by_key(|p| temp(p))
+                    .ok_or_else(|| Error::InvalidArgument(format!("{}: no programs", path.display())))?,
             };
             runtime_trace(chosen, calls.max(1))
         })
@@ -200,7 +215,9 @@ fn xla_runtime_trace(py: Python<'_>, path: PathBuf, program: Option<String>, cal
 fn offline_json(py: Python<'_>, trace: &PyTrace, alignment: u64) -> PyResult<String> {
     let t = trace.inner.clone();
     let results = py
-        .detach(move || t.devices().into_iter().map(|d| allocreplay_core::offline::plan_trace(&t, d, alignment)).collect::<Result<Vec<_>, _>>())
+        .detach(move || {
+            t.devices().into_iter().map(|d| allocreplay_core::offline::plan_trace(&t, d, alignment)).collect::<Result<Vec<_>, _>>()
+        })
         .map_err(|e| to_py(py, e))?;
     Ok(serde_json::to_string(&results).expect("results serialize"))
 }
@@ -222,7 +239,12 @@ fn replay(
     let batches = py
         .detach(move || {
             core_replay::replay(&t, &req).map(|runs| {
-                (core_replay::summary_batch(&runs), core_replay::timeline_batch(&runs), core_replay::segments_batch(&runs), core_replay::placements_batch(&runs))
+                (
+                    core_replay::summary_batch(&runs),
+                    core_replay::timeline_batch(&runs),
+                    core_replay::segments_batch(&runs),
+                    core_replay::placements_batch(&runs),
+                )
             })
         })
         .map_err(|e| to_py(py, e))?;

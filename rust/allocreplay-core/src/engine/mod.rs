@@ -130,7 +130,13 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
                         failed[id as usize] = true;
                         if first_oom.is_none() {
                             let s = policy.stats();
-                            first_oom = Some(FirstOom { event: i, requested: req.size, alloc_size: oom.alloc_size, allocated: s.allocated, reserved: s.reserved });
+                            first_oom = Some(FirstOom {
+                                event: i,
+                                requested: req.size,
+                                alloc_size: oom.alloc_size,
+                                allocated: s.allocated,
+                                reserved: s.reserved,
+                            });
                         }
                     }
                 }
@@ -156,7 +162,15 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
             // straight back, since the caller got an exception and holds nothing.
             Action::Oom if !seed => {
                 events += 1;
-                let req = Request { event: i, id: oom_id, size: c.size[i], stream: c.stream[i], pool: c.pool[i], recorded_addr: None, recorded_chunk: None };
+                let req = Request {
+                    event: i,
+                    id: oom_id,
+                    size: c.size[i],
+                    stream: c.stream[i],
+                    pool: c.pool[i],
+                    recorded_addr: None,
+                    recorded_chunk: None,
+                };
                 dev.request_hint = None;
                 match policy.malloc(&req, &mut dev) {
                     Ok(_) => {
@@ -166,7 +180,13 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
                     Err(oom) => {
                         if first_oom.is_none() {
                             let s = policy.stats();
-                            first_oom = Some(FirstOom { event: i, requested: req.size, alloc_size: oom.alloc_size, allocated: s.allocated, reserved: s.reserved });
+                            first_oom = Some(FirstOom {
+                                event: i,
+                                requested: req.size,
+                                alloc_size: oom.alloc_size,
+                                allocated: s.allocated,
+                                reserved: s.reserved,
+                            });
                         }
                     }
                 }

@@ -107,8 +107,7 @@ pub fn sidecar_json(path: &Path) -> Option<PathBuf> {
 pub(crate) fn read_meta_json(opts: &ImportOptions, path: &Path) -> Result<Option<(PathBuf, serde_json::Value)>> {
     let Some(meta) = opts.meta.clone().or_else(|| sidecar_json(path)) else { return Ok(None) };
     let text = std::fs::read_to_string(&meta).map_err(|e| Error::io(&meta, e))?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::format(&meta, format!("metadata is not valid JSON: {e}")))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::format(&meta, format!("metadata is not valid JSON: {e}")))?;
     if !v.is_object() {
         return Err(Error::format(&meta, "metadata JSON must be an object"));
     }

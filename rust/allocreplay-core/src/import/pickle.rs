@@ -314,10 +314,7 @@ impl<'a> Parser<'a> {
         let data = self.p.data;
         // `n` comes from the file (up to 2**64 - 1 for BINUNICODE8): no overflow.
         if n > data.len() - self.pos {
-            return Err(corrupt(format!(
-                "pickle ends at byte {} in the middle of an opcode (truncated file?)",
-                data.len()
-            )));
+            return Err(corrupt(format!("pickle ends at byte {} in the middle of an opcode (truncated file?)", data.len())));
         }
         let s = &data[self.pos..self.pos + n];
         self.pos += n;
@@ -504,11 +501,13 @@ impl<'a> Parser<'a> {
         }
         // Protocol 2+ starts with PROTO; protocols 0/1 start with whatever opcode builds the
         // first object (a MARK, an empty container, a GLOBAL, a literal).
-        if data[0] != 0x80 && !matches!(data[0], b'(' | b'}' | b']' | b')' | b'd' | b'l' | b'c' | b'i' | b'N' | b'I' | b'L' | b'F' | b'G' | b'J' | b'K' | b'M') {
-            return Err(corrupt(format!(
-                "not a pickle (starts with bytes {:02x?})",
-                &data[..data.len().min(4)]
-            )));
+        if data[0] != 0x80
+            && !matches!(
+                data[0],
+                b'(' | b'}' | b']' | b')' | b'd' | b'l' | b'c' | b'i' | b'N' | b'I' | b'L' | b'F' | b'G' | b'J' | b'K' | b'M'
+            )
+        {
+            return Err(corrupt(format!("not a pickle (starts with bytes {:02x?})", &data[..data.len().min(4)])));
         }
         loop {
             let op = match self.take(1) {
@@ -575,7 +574,9 @@ impl<'a> Parser<'a> {
                         "01" => Value::Bool(true),
                         _ => match s.parse::<i64>() {
                             Ok(i) => Value::Int(i),
-                            Err(_) => Value::BigInt(s.parse::<f64>().map_err(|_| corrupt(format!("bad INT literal at byte {}", self.pos)))?),
+                            Err(_) => {
+                                Value::BigInt(s.parse::<f64>().map_err(|_| corrupt(format!("bad INT literal at byte {}", self.pos)))?)
+                            }
                         },
                     };
                     self.stack.push(v);
@@ -586,7 +587,10 @@ impl<'a> Parser<'a> {
                 }
                 b'F' => {
                     let l = self.line()?;
-                    let f = std::str::from_utf8(l).ok().and_then(|s| s.parse::<f64>().ok()).ok_or_else(|| corrupt(format!("bad FLOAT literal at byte {}", self.pos)))?;
+                    let f = std::str::from_utf8(l)
+                        .ok()
+                        .and_then(|s| s.parse::<f64>().ok())
+                        .ok_or_else(|| corrupt(format!("bad FLOAT literal at byte {}", self.pos)))?;
                     self.stack.push(Value::Float(f));
                 }
                 0x8c => {
@@ -708,7 +712,10 @@ impl<'a> Parser<'a> {
                 }
                 b'p' => {
                     let l = self.line()?;
-                    let idx = std::str::from_utf8(l).ok().and_then(|s| s.parse::<usize>().ok()).ok_or_else(|| corrupt(format!("bad PUT at byte {}", self.pos)))?;
+                    let idx = std::str::from_utf8(l)
+                        .ok()
+                        .and_then(|s| s.parse::<usize>().ok())
+                        .ok_or_else(|| corrupt(format!("bad PUT at byte {}", self.pos)))?;
                     let v = self.top()?;
                     self.memo_put(idx, v);
                 }
@@ -724,7 +731,10 @@ impl<'a> Parser<'a> {
                 }
                 b'g' => {
                     let l = self.line()?;
-                    let idx = std::str::from_utf8(l).ok().and_then(|s| s.parse::<usize>().ok()).ok_or_else(|| corrupt(format!("bad GET at byte {}", self.pos)))?;
+                    let idx = std::str::from_utf8(l)
+                        .ok()
+                        .and_then(|s| s.parse::<usize>().ok())
+                        .ok_or_else(|| corrupt(format!("bad GET at byte {}", self.pos)))?;
                     let v = self.memo_get(idx)?;
                     self.stack.push(v);
                 }
@@ -737,12 +747,7 @@ impl<'a> Parser<'a> {
                 b'P' | b'Q' => return Err(self.refuse(op, "holds a persistent id")),
                 0x82..=0x84 => return Err(self.refuse(op, "uses the extension registry")),
                 0x96..=0x98 => return Err(self.refuse(op, "holds out-of-band buffers")),
-                _ => {
-                    return Err(corrupt(format!(
-                        "not a valid pickle: unknown opcode {op:#04x} at byte {}",
-                        self.pos - 1
-                    )))
-                }
+                _ => return Err(corrupt(format!("not a valid pickle: unknown opcode {op:#04x} at byte {}", self.pos - 1))),
             }
         }
     }
@@ -791,7 +796,10 @@ mod tests {
             p.to_json(p.root)
         }
         // pickle.dumps([[1], [2, 3], {'k': [4]}], protocol=1): per-item APPEND, nested.
-        assert_eq!(json(b"]q\x00(]q\x01K\x01a]q\x02(K\x02K\x03e}q\x03X\x01\x00\x00\x00kq\x04]q\x05K\x04ase."), serde_json::json!([[1], [2, 3], {"k": [4]}]));
+        assert_eq!(
+            json(b"]q\x00(]q\x01K\x01a]q\x02(K\x02K\x03e}q\x03X\x01\x00\x00\x00kq\x04]q\x05K\x04ase."),
+            serde_json::json!([[1], [2, 3], {"k": [4]}])
+        );
         // The outer list is appended to again after an inner list was stored behind it (as
         // APPENDS batches of a list longer than 1000 do): it moves, items intact.
         assert_eq!(json(b"\x80\x02](]K\x01ae(]K\x02ae."), serde_json::json!([[1], [2]]));
@@ -862,7 +870,9 @@ mod tests {
         assert!(parse(full).is_ok());
         for cut in 1..full.len() {
             match parse(&full[..cut]) {
-                Err(PickleError::Corrupt(m)) => assert!(m.contains("truncated") || m.contains("underflow") || m.contains("MARK"), "{cut}: {m}"),
+                Err(PickleError::Corrupt(m)) => {
+                    assert!(m.contains("truncated") || m.contains("underflow") || m.contains("MARK"), "{cut}: {m}")
+                }
                 other => panic!("cut at {cut}: {:?}", other.map(|p| p.root)),
             }
         }

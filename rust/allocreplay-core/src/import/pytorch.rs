@@ -74,7 +74,8 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
             for &b in blocks {
                 let state = p.get(b, "state").and_then(|v| p.str(v)).unwrap_or("");
                 if state == "active_allocated" || state == "active_pending_free" {
-                    let addr = p.get(b, "address").and_then(|v| p.int(v)).ok_or_else(|| bad(format!("segment {i}: block without address")))?;
+                    let addr =
+                        p.get(b, "address").and_then(|v| p.int(v)).ok_or_else(|| bad(format!("segment {i}: block without address")))?;
                     let req = p.get(b, "requested_size").or_else(|| p.get(b, "size")).and_then(|v| p.int(v)).unwrap_or(0);
                     live_blocks.push((addr as u64, req as u64, state == "active_pending_free"));
                 }
@@ -128,10 +129,7 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
 
     // Capture metadata (.json beside our captures): device memory, cap, version, final stats.
     let meta = read_meta_json(opts, path)?;
-    metadata.devices = devices_seen
-        .iter()
-        .map(|&d| DeviceInfo { index: d, ..Default::default() })
-        .collect();
+    metadata.devices = devices_seen.iter().map(|&d| DeviceInfo { index: d, ..Default::default() }).collect();
     if let Some((meta_path, m)) = meta {
         metadata.source_version = m.get("torch").and_then(|v| v.as_str()).map(str::to_string);
         let total = m.get("device_total_bytes").and_then(|v| v.as_u64());
@@ -227,7 +225,8 @@ impl StrClasses {
 fn parse_entries(p: &Pickle, entries: &[Value], dev: i32, path: &Path, classes: &mut StrClasses) -> Result<Vec<Entry>> {
     let mut out = Vec::with_capacity(entries.len());
     for (i, &e) in entries.iter().enumerate() {
-        let items = p.dict(e).ok_or_else(|| Error::format(path, format!("device_traces[{dev}][{i}] is a {}, not a dict", Pickle::type_name(e))))?;
+        let items =
+            p.dict(e).ok_or_else(|| Error::format(path, format!("device_traces[{dev}][{i}] is a {}, not a dict", Pickle::type_name(e))))?;
         let (mut action, mut addr, mut size, mut stream, mut time, mut frames) = (None, None, None, 0i64, None, Value::None);
         for &(k, v) in items {
             match classes.of(p, k) {
@@ -506,11 +505,7 @@ impl Stacks {
 /// recorded allocation landing between a seed allocation and the next live block (before the
 /// seed is freed) marks where the seed's block ended. Without this, an unsplit tail
 /// (`should_split` keeps remainders <= 1 MiB with the allocation) would look like free space.
-fn infer_seed_chunks(
-    seeds: &[(u64, u64, i64, bool)],
-    segs: &BTreeMap<u64, (u64, i64, u32)>,
-    parsed: &[Entry],
-) -> Vec<Option<u64>> {
+fn infer_seed_chunks(seeds: &[(u64, u64, i64, bool)], segs: &BTreeMap<u64, (u64, i64, u32)>, parsed: &[Entry]) -> Vec<Option<u64>> {
     let n = seeds.len();
     let mut out = vec![None; n];
     if n == 0 {

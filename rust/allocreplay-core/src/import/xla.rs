@@ -224,7 +224,10 @@ pub fn parse_hlo_proto(path: &Path, data: &[u8]) -> Result<XlaProgram> {
         }
     }
     let Some(ba) = ba else {
-        return Err(Error::format(path, "HloProto has no buffer_assignment (field 3): dump the optimized module (…_after_optimizations.hlo.pb)"));
+        return Err(Error::format(
+            path,
+            "HloProto has no buffer_assignment (field 3): dump the optimized module (…_after_optimizations.hlo.pb)",
+        ));
     };
     let (positions, names) = match module {
         Some(m) => instruction_positions(m).map_err(&err)?,
@@ -270,7 +273,10 @@ pub fn parse_hlo_proto(path: &Path, data: &[u8]) -> Result<XlaProgram> {
     }
     let index: HashMap<u64, u32> = values.iter().enumerate().map(|(i, v)| (v.id, i as u32)).collect();
     let lookup = |id: u64, what: &str| -> Result<u32> {
-        index.get(&id).copied().ok_or_else(|| Error::format(path, format!("{what} names logical buffer {id}, which the buffer assignment does not list")))
+        index
+            .get(&id)
+            .copied()
+            .ok_or_else(|| Error::format(path, format!("{what} names logical buffer {id}, which the buffer assignment does not list")))
     };
     let mut allocations = Vec::with_capacity(raw_allocs.len());
     for (mut a, assigned) in raw_allocs {
@@ -569,7 +575,8 @@ pub fn parse_buffer_assignment_text(path: &Path, text: &str) -> Result<XlaProgra
             let color = head.rsplit_once('@').and_then(|(_, c)| c.trim().parse().ok()).unwrap_or(0);
             let (sz, off) = {
                 let t = tail.trim_start();
-                let inner = t.strip_prefix("(").and_then(|t| t.split_once(')')).map(|(i, _)| i).ok_or_else(|| bad("expected (size=S,offset=O)"))?;
+                let inner =
+                    t.strip_prefix("(").and_then(|t| t.split_once(')')).map(|(i, _)| i).ok_or_else(|| bad("expected (size=S,offset=O)"))?;
                 let mut sz = None;
                 let mut off = None;
                 for kv in inner.split(',') {
@@ -586,7 +593,15 @@ pub fn parse_buffer_assignment_text(path: &Path, text: &str) -> Result<XlaProgra
             // instructions; -live-range.txt always prints it (`{}` at the top level).
             let name = if short.ends_with('}') { short.to_string() } else { format!("{short}{{}}") };
             let vi = *index.entry(id).or_insert_with(|| {
-                values.push(XlaValue { id, name, size: sz, color, position: id as i64, live: None, is_tuple_shape: shape.starts_with('(') });
+                values.push(XlaValue {
+                    id,
+                    name,
+                    size: sz,
+                    color,
+                    position: id as i64,
+                    live: None,
+                    is_tuple_shape: shape.starts_with('('),
+                });
                 (values.len() - 1) as u32
             });
             a.assigned.push((vi, off, sz));

@@ -477,12 +477,8 @@ mod tests {
         }
         // The dump's temp allocation lists tuples at distinct offsets; only grouping matters.
         allocations[1].assigned[3].1 = 256;
-        let heap_traces = vec![vec![
-            ev(HeapEventKind::Alloc, 0),
-            ev(HeapEventKind::Alloc, 1),
-            ev(HeapEventKind::Free, 0),
-            ev(HeapEventKind::Free, 1),
-        ]];
+        let heap_traces =
+            vec![vec![ev(HeapEventKind::Alloc, 0), ev(HeapEventKind::Alloc, 1), ev(HeapEventKind::Free, 0), ev(HeapEventKind::Free, 1)]];
         XlaProgram {
             program: "module_1.test".into(),
             module_name: "test".into(),

@@ -414,7 +414,7 @@ impl PlacedTree {
             return;
         }
         let hi_block = (hi - 1) / BLOCK; // last block holding a candidate
-        // Iterative DFS over the block tree: (node, first block, width in blocks).
+                                         // Iterative DFS over the block tree: (node, first block, width in blocks).
         let mut stack: [(u32, u32, u32); 64] = [(0, 0, 0); 64];
         let mut sp = 0usize;
         stack[sp] = (1, 0, self.blocks as u32);

@@ -123,12 +123,7 @@ mod tests {
         // then 1500 (→1536). Live bytes: 1024, 2048, 1024, 2560 → ideal 2560. Intervals:
         // A 1024 [0,4], B 1024 [1,2], C 1536 [3,5]. kSpatial: C @0; A overlaps C → @1536;
         // B overlaps only A → the gap [0,1536) → @0. Heap 2560 = ideal.
-        let t = trace(&[
-            (Action::Alloc, 0, 1000),
-            (Action::Alloc, 1, 600),
-            (Action::FreeCompleted, 1, 600),
-            (Action::Alloc, 2, 1500),
-        ]);
+        let t = trace(&[(Action::Alloc, 0, 1000), (Action::Alloc, 1, 600), (Action::FreeCompleted, 1, 600), (Action::Alloc, 2, 1500)]);
         let r = plan_trace(&t, 0, 0).unwrap();
         assert_eq!(r.alignment, 512);
         assert_eq!(r.buffers, 3);

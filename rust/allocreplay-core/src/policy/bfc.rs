@@ -186,7 +186,17 @@ impl Bfc {
             return h;
         }
         let h = self.chunks.len() as u32;
-        self.chunks.push(Chunk { ptr: 0, size: 0, requested_size: 0, in_use: false, prev: NONE, next: NONE, bin_num: -1, alloc_id: 0, region: 0 });
+        self.chunks.push(Chunk {
+            ptr: 0,
+            size: 0,
+            requested_size: 0,
+            in_use: false,
+            prev: NONE,
+            next: NONE,
+            bin_num: -1,
+            alloc_id: 0,
+            region: 0,
+        });
         h
     }
 
@@ -340,7 +350,17 @@ impl Bfc {
         self.stats.add_reserved(bytes);
         self.stats.num_device_alloc += 1;
         let h = self.allocate_chunk();
-        *self.cm(h) = Chunk { ptr: addr, size: bytes, requested_size: 0, in_use: false, prev: NONE, next: NONE, bin_num: -1, alloc_id: 0, region: addr };
+        *self.cm(h) = Chunk {
+            ptr: addr,
+            size: bytes,
+            requested_size: 0,
+            in_use: false,
+            prev: NONE,
+            next: NONE,
+            bin_num: -1,
+            alloc_id: 0,
+            region: addr,
+        };
         self.regions.insert(addr, Region { size: bytes, first: h });
         h
     }
@@ -723,7 +743,10 @@ mod tests {
     }
 
     fn bfc(allow_growth: bool, limit: u64) -> Bfc {
-        Bfc::new("test".into(), BfcSettings { allow_growth, garbage_collection: false, fragmentation_fraction: 0.0, memory_limit: Some(limit) })
+        Bfc::new(
+            "test".into(),
+            BfcSettings { allow_growth, garbage_collection: false, fragmentation_fraction: 0.0, memory_limit: Some(limit) },
+        )
     }
 
     /// A device whose next region goes at `addr` (as validate places them).
@@ -798,7 +821,15 @@ mod tests {
             (200 * MIB, 0.25, 200 * MIB),
         ];
         for (request, fraction, chunk) in cases {
-            let mut p = Bfc::new("t".into(), BfcSettings { allow_growth: false, garbage_collection: false, fragmentation_fraction: fraction, memory_limit: Some(300 * MIB) });
+            let mut p = Bfc::new(
+                "t".into(),
+                BfcSettings {
+                    allow_growth: false,
+                    garbage_collection: false,
+                    fragmentation_fraction: fraction,
+                    memory_limit: Some(300 * MIB),
+                },
+            );
             let mut dev = DeviceMemory::new(None);
             let got = p.malloc(&req(0, request), &mut dev).unwrap();
             assert_eq!(got.size, chunk, "request {request} fraction {fraction}");
@@ -882,7 +913,10 @@ mod tests {
     #[test]
     fn garbage_collection_frees_whole_free_regions_to_fit_a_larger_one() {
         for gc in [false, true] {
-            let mut p = Bfc::new("t".into(), BfcSettings { allow_growth: true, garbage_collection: gc, fragmentation_fraction: 0.0, memory_limit: Some(8 * MIB) });
+            let mut p = Bfc::new(
+                "t".into(),
+                BfcSettings { allow_growth: true, garbage_collection: gc, fragmentation_fraction: 0.0, memory_limit: Some(8 * MIB) },
+            );
             let mut dev = DeviceMemory::new(None);
             p.malloc(&req(0, 2 * MIB), &mut dev).unwrap(); // region 2 MiB, next target 4 MiB
             p.free_completed(0, &mut dev);

@@ -47,9 +47,14 @@ impl Default for BfcSettings {
 /// A parsed spec of the family.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BfcSpec {
-    Bfc { name: String, settings: BfcSettings },
+    Bfc {
+        name: String,
+        settings: BfcSettings,
+    },
     /// `jax:allocator=platform`: no caching.
-    Platform { name: String },
+    Platform {
+        name: String,
+    },
 }
 
 fn spec_err(msg: String) -> Error {
@@ -129,7 +134,8 @@ pub fn jax_memory_limit(device_memory: u64, fraction: f64) -> u64 {
 }
 
 const BFC_OPTIONS: &[&str] = &["allow_growth", "memory_limit", "garbage_collection", "fragmentation_fraction"];
-const TF_OPTIONS: &[&str] = &["allow_growth", "memory_limit", "garbage_collection", "fragmentation_fraction", "per_process_gpu_memory_fraction"];
+const TF_OPTIONS: &[&str] =
+    &["allow_growth", "memory_limit", "garbage_collection", "fragmentation_fraction", "per_process_gpu_memory_fraction"];
 const JAX_OPTIONS: &[&str] = &["preallocate", "mem_fraction", "allocator", "memory_limit"];
 
 fn unknown(spec: &str, key: &str, valid: &[&str]) -> Error {
@@ -154,12 +160,11 @@ pub fn parse_bfc(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
             _ => return Err(unknown(&spec, k, BFC_OPTIONS)),
         }
     }
-    s.memory_limit = limit
-        .or(ctx.capacity)
-        .or_else(|| ctx.device.and_then(|d| d.memory_cap))
-        .or_else(|| ctx.total_memory());
+    s.memory_limit = limit.or(ctx.capacity).or_else(|| ctx.device.and_then(|d| d.memory_cap)).or_else(|| ctx.total_memory());
     if !s.allow_growth && s.memory_limit.is_none() {
-        return Err(spec_err(format!("{spec}: allow_growth=false preallocates memory_limit bytes, and no limit is known; give memory_limit= or --capacity")));
+        return Err(spec_err(format!(
+            "{spec}: allow_growth=false preallocates memory_limit bytes, and no limit is known; give memory_limit= or --capacity"
+        )));
     }
     Ok(BfcSpec::Bfc { name: spec, settings: s })
 }
@@ -208,7 +213,11 @@ pub fn parse_jax(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
             "allocator" => match v {
                 "default" | "bfc" => platform = false,
                 "platform" => platform = true,
-                "cuda_async" => return Err(spec_err(format!("{spec}: allocator=cuda_async is CUDA's stream-ordered allocator, not BFC; use its own policy"))),
+                "cuda_async" => {
+                    return Err(spec_err(format!(
+                        "{spec}: allocator=cuda_async is CUDA's stream-ordered allocator, not BFC; use its own policy"
+                    )))
+                }
                 _ => return Err(spec_err(format!("{spec}: allocator must be default, bfc or platform, got '{v}'"))),
             },
             _ => return Err(unknown(&spec, k, JAX_OPTIONS)),
@@ -228,7 +237,12 @@ pub fn parse_jax(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
     };
     Ok(BfcSpec::Bfc {
         name: spec,
-        settings: BfcSettings { allow_growth: !preallocate, garbage_collection: false, fragmentation_fraction: 0.0, memory_limit: Some(limit) },
+        settings: BfcSettings {
+            allow_growth: !preallocate,
+            garbage_collection: false,
+            fragmentation_fraction: 0.0,
+            memory_limit: Some(limit),
+        },
     })
 }
 
@@ -278,7 +292,8 @@ pub fn recorded_settings(ctx: &PolicyContext) -> Result<RecordedSettings> {
                 // JAX preallocates unless XLA_PYTHON_CLIENT_PREALLOCATE says otherwise; known
                 // only when the capture's environment was recorded (its `.json`).
                 let env_known = settings.get("env").is_some_and(|e| e.is_object());
-                let prealloc = env_of(ctx, "XLA_PYTHON_CLIENT_PREALLOCATE").map(|v| !matches!(v.trim(), "false" | "False" | "0")).unwrap_or(true);
+                let prealloc =
+                    env_of(ctx, "XLA_PYTHON_CLIENT_PREALLOCATE").map(|v| !matches!(v.trim(), "false" | "False" | "0")).unwrap_or(true);
                 (!prealloc, env_known, false)
             }
             _ => {
@@ -290,10 +305,7 @@ pub fn recorded_settings(ctx: &PolicyContext) -> Result<RecordedSettings> {
             }
         }
     };
-    let memory_limit = ctx
-        .device
-        .and_then(|d| d.memory_cap)
-        .or_else(|| settings.get("memory_limit").and_then(|v| v.as_u64()));
+    let memory_limit = ctx.device.and_then(|d| d.memory_cap).or_else(|| settings.get("memory_limit").and_then(|v| v.as_u64()));
     Ok(RecordedSettings {
         settings: BfcSettings { allow_growth, garbage_collection: gc, fragmentation_fraction: 0.0, memory_limit },
         allow_growth_known: known,
@@ -338,7 +350,9 @@ mod tests {
         // Under 2 GiB: 225 MiB whatever the capability.
         assert_eq!(tf_min_system_memory(1 << 30, 9), 225 * MIB);
         // per_process_gpu_memory_fraction: int64(total * fraction).
-        let BfcSpec::Bfc { settings, .. } = parse_tf("per_process_gpu_memory_fraction=0.5", &ctx_with(&md, &dev, None)).unwrap() else { panic!() };
+        let BfcSpec::Bfc { settings, .. } = parse_tf("per_process_gpu_memory_fraction=0.5", &ctx_with(&md, &dev, None)).unwrap() else {
+            panic!()
+        };
         assert_eq!(settings.memory_limit, Some(40 << 30));
         // --capacity replaces the device's memory.
         let BfcSpec::Bfc { settings, .. } = parse_tf("", &ctx_with(&md, &dev, Some(16 << 30))).unwrap() else { panic!() };
@@ -356,8 +370,13 @@ mod tests {
         let md = TraceMetadata::new("test");
         let dev = DeviceInfo { index: 0, total_memory: Some(64 << 30), ..Default::default() };
         let BfcSpec::Bfc { settings, .. } = parse_jax("", &ctx_with(&md, &dev, None)).unwrap() else { panic!() };
-        assert_eq!(settings, BfcSettings { allow_growth: false, garbage_collection: false, fragmentation_fraction: 0.0, memory_limit: Some(48 << 30) });
-        let BfcSpec::Bfc { settings, .. } = parse_jax("preallocate=false,mem_fraction=0.5", &ctx_with(&md, &dev, None)).unwrap() else { panic!() };
+        assert_eq!(
+            settings,
+            BfcSettings { allow_growth: false, garbage_collection: false, fragmentation_fraction: 0.0, memory_limit: Some(48 << 30) }
+        );
+        let BfcSpec::Bfc { settings, .. } = parse_jax("preallocate=false,mem_fraction=0.5", &ctx_with(&md, &dev, None)).unwrap() else {
+            panic!()
+        };
         assert!(settings.allow_growth);
         assert_eq!(settings.memory_limit, Some(32 << 30));
         assert!(matches!(parse_jax("allocator=platform", &ctx_with(&md, &dev, None)).unwrap(), BfcSpec::Platform { .. }));

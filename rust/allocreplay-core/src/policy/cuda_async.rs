@@ -207,7 +207,9 @@ impl CudaAsync {
                 "chunk_size" => {
                     chunk = parse_bytes(P, k, v, ctx)?;
                     if chunk == 0 || !chunk.is_multiple_of(POOL_ALIGN) {
-                        return Err(Error::PolicySpec(format!("{P}: chunk_size must be a positive multiple of {POOL_ALIGN} bytes, got '{v}'")));
+                        return Err(Error::PolicySpec(format!(
+                            "{P}: chunk_size must be a positive multiple of {POOL_ALIGN} bytes, got '{v}'"
+                        )));
                     }
                 }
                 _ => unreachable!("parse_options checked the keys"),

@@ -2,11 +2,11 @@
 //! request events of one device in recorded order and makes the decisions the real allocator
 //! would: rounding, which cached block serves a request, when to get or return device memory.
 
+pub mod bfc;
+pub mod bfc_config;
 pub mod cuda_async;
 pub mod cuda_malloc;
 pub mod managed;
-pub mod bfc;
-pub mod bfc_config;
 pub mod pytorch;
 pub mod pytorch_config;
 mod sorted_map;

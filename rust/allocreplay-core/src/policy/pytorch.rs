@@ -441,11 +441,8 @@ impl CachingAllocator {
             bytes >= size
         };
         let rank = self.rank(stream);
-        let candidates: Vec<u32> = self.pools[pool as usize]
-            .unmapped
-            .range(address_key(rank, 0), Some(address_key(rank + 1, 0)))
-            .map(|(_, b)| b)
-            .collect();
+        let candidates: Vec<u32> =
+            self.pools[pool as usize].unmapped.range(address_key(rank, 0), Some(address_key(rank + 1, 0))).map(|(_, b)| b).collect();
         for mut c in candidates {
             let prev = self.blocks[c as usize].prev;
             if allocatable(self, prev) {
@@ -491,7 +488,10 @@ impl CachingAllocator {
                 let b = &self.blocks[to_map as usize];
                 (b.stream, b.pool, b.next)
             };
-            let rem = self.new_block(Block { mapped: false, ..Block::new(ptr + msize, bsize - msize, stream, pool, es as u32, self.expandable[es].ptr) });
+            let rem = self.new_block(Block {
+                mapped: false,
+                ..Block::new(ptr + msize, bsize - msize, stream, pool, es as u32, self.expandable[es].ptr)
+            });
             self.splice(rem, to_map, next);
             self.insert_unmapped(rem);
             self.blocks[to_map as usize].size = msize;
@@ -653,9 +653,7 @@ impl CachingAllocator {
         }
         self.erase_from_blocks(b);
         let before_size = uptr - ptr;
-        let mk = |s: &mut Self, p: u64, sz: u64| {
-            s.new_block(Block::new(p, sz, stream, pool, es as u32, s.expandable[es].ptr))
-        };
+        let mk = |s: &mut Self, p: u64, sz: u64| s.new_block(Block::new(p, sz, stream, pool, es as u32, s.expandable[es].ptr));
         if before_size > 0 {
             let before_free = mk(self, ptr, before_size);
             self.splice(before_free, prev0, b);
@@ -817,13 +815,10 @@ impl CachingAllocator {
 
     /// Which segment holds `addr` (for seeds): the free block containing it.
     fn free_block_containing(&self, pool: u32, addr: u64) -> Option<u32> {
-        self.pools[pool as usize]
-            .blocks
-            .values()
-            .find(|&b| {
-                let bl = &self.blocks[b as usize];
-                addr >= bl.ptr && addr < bl.ptr + bl.size
-            })
+        self.pools[pool as usize].blocks.values().find(|&b| {
+            let bl = &self.blocks[b as usize];
+            addr >= bl.ptr && addr < bl.ptr + bl.size
+        })
     }
 }
 
@@ -952,8 +947,12 @@ impl Policy for CachingAllocator {
         }
         let prev = self.blocks[b as usize].prev;
         let gap = addr - bptr;
-        if gap > 0 && gap <= K_SMALL_SIZE && !self.pools[pool as usize].is_small && !self.config.expandable_segments
-            && prev != NONE && (self.blocks[prev as usize].allocated || self.blocks[prev as usize].pending)
+        if gap > 0
+            && gap <= K_SMALL_SIZE
+            && !self.pools[pool as usize].is_small
+            && !self.config.expandable_segments
+            && prev != NONE
+            && (self.blocks[prev as usize].allocated || self.blocks[prev as usize].pending)
         {
             // No free large-pool block is ever <= 1 MiB (should_split keeps such tails with
             // their allocation): the gap is the unsplit tail of the allocation before it.

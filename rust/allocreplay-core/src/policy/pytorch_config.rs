@@ -123,7 +123,8 @@ impl PytorchConfig {
                     c.large_segment_size = mb * MB;
                 }
                 "garbage_collection_threshold" => {
-                    let t: f64 = value.parse().map_err(|_| spec_err(format!("garbage_collection_threshold expects a number, got '{value}'")))?;
+                    let t: f64 =
+                        value.parse().map_err(|_| spec_err(format!("garbage_collection_threshold expects a number, got '{value}'")))?;
                     if !(t > 0.0 && t < 1.0) {
                         return Err(spec_err(format!("garbage_collection_threshold must be in (0.0, 1.0), got {value}")));
                     }
@@ -133,11 +134,17 @@ impl PytorchConfig {
                 "roundup_power2_divisions" => c.roundup_power2_divisions = parse_divisions(value)?,
                 "backend" => match value {
                     "native" => {}
-                    "cudaMallocAsync" => return Err(spec_err("backend:cudaMallocAsync replaces the caching allocator: use the policy `cuda-async` instead".into())),
+                    "cudaMallocAsync" => {
+                        return Err(spec_err(
+                            "backend:cudaMallocAsync replaces the caching allocator: use the policy `cuda-async` instead".into(),
+                        ))
+                    }
                     _ => return Err(spec_err(format!("backend must be native or cudaMallocAsync, got '{value}'"))),
                 },
                 // Accepted, no effect on device memory decisions.
-                "release_lock_on_cudamalloc" | "pinned_use_cuda_host_register" | "pinned_use_background_threads"
+                "release_lock_on_cudamalloc"
+                | "pinned_use_cuda_host_register"
+                | "pinned_use_background_threads"
                 | "graph_capture_record_stream_reuse" => {
                     parse_bool(key, value)?;
                 }
@@ -219,7 +226,8 @@ fn parse_divisions(v: &str) -> Result<[u64; ROUNDUP_INTERVALS]> {
         let inner = inner.strip_suffix(']').ok_or_else(|| spec_err(format!("roundup_power2_divisions: missing ']' in '{v}'")))?;
         let mut last_index: Option<usize> = None;
         for item in inner.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (k, val) = item.split_once(':').ok_or_else(|| spec_err(format!("roundup_power2_divisions: expected size:divisions, got '{item}'")))?;
+            let (k, val) =
+                item.split_once(':').ok_or_else(|| spec_err(format!("roundup_power2_divisions: expected size:divisions, got '{item}'")))?;
             let val = parse_u64("roundup_power2_divisions", val)?;
             check_pow2(val, "divisions")?;
             if k.trim() == ">" {

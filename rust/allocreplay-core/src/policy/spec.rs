@@ -41,9 +41,6 @@ pub fn build(spec: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
         "bfc" => super::bfc::from_spec(super::bfc_config::parse_bfc(options, ctx)?, ctx),
         "tf" => super::bfc::from_spec(super::bfc_config::parse_tf(options, ctx)?, ctx),
         "jax" => super::bfc::from_spec(super::bfc_config::parse_jax(options, ctx)?, ctx),
-        _ => Err(Error::PolicySpec(format!(
-            "unknown policy '{name}' in '{spec}'; known policies: {}",
-            POLICY_NAMES.join(", ")
-        ))),
+        _ => Err(Error::PolicySpec(format!("unknown policy '{name}' in '{spec}'; known policies: {}", POLICY_NAMES.join(", ")))),
     }
 }

@@ -1,8 +1,8 @@
 //! Row-at-a-time construction of a trace by importers.
 
 use arrow_array::builder::{BooleanBuilder, Int32Builder, Int64Builder, UInt32Builder, UInt64Builder};
-use arrow_array::{ArrayRef, DictionaryArray, StringArray, UInt8Array};
 use arrow_array::types::UInt8Type;
+use arrow_array::{ArrayRef, DictionaryArray, StringArray, UInt8Array};
 use arrow_schema::Field;
 use std::sync::Arc;
 
@@ -26,18 +26,7 @@ pub struct EventRow {
 
 impl EventRow {
     pub fn new(action: Action, size: u64) -> Self {
-        EventRow {
-            action,
-            alloc_id: None,
-            size,
-            addr: None,
-            stream: 0,
-            device: 0,
-            pool: 0,
-            time_ns: None,
-            seed: false,
-            stack_id: None,
-        }
+        EventRow { action, alloc_id: None, size, addr: None, stream: 0, device: 0, pool: 0, time_ns: None, seed: false, stack_id: None }
     }
 }
 
@@ -122,12 +111,7 @@ impl TraceBuilder {
         let mut extra_fields = Vec::new();
         for (field, values) in self.extra {
             if values.len() != n {
-                return Err(Error::Replay(format!(
-                    "column {} has {} values for {} events",
-                    field.name(),
-                    values.len(),
-                    n
-                )));
+                return Err(Error::Replay(format!("column {} has {} values for {} events", field.name(), values.len(), n)));
             }
             extra_fields.push(field);
             columns.push(values);

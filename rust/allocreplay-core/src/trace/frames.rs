@@ -2,8 +2,8 @@
 //! first). The `stack_id` column of the events points into `stacks`. Stored as JSON under the
 //! schema metadata key `allocreplay.frames`.
 
-use serde::{Deserialize, Serialize};
 use crate::hash::FxHashMap;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameTable {

@@ -69,7 +69,11 @@ pub fn trace_info(trace: &Trace) -> TraceInfo {
             Action::Alloc => {
                 streams.insert((dev, c.stream[i]));
                 pools.insert((dev, c.pool[i]));
-                if seed { seed_allocs += 1 } else { allocs += 1 }
+                if seed {
+                    seed_allocs += 1
+                } else {
+                    allocs += 1
+                }
                 let id = c.alloc_id[i] as usize;
                 if live_size.len() <= id {
                     live_size.resize(id + 1, 0);
@@ -94,12 +98,13 @@ pub fn trace_info(trace: &Trace) -> TraceInfo {
                 }
             }
             Action::SegmentAlloc | Action::SegmentMap | Action::SegmentFree | Action::SegmentUnmap => {
-                if seed { seed_segments += 1 } else { segment_events += 1 }
-                let delta = if matches!(action, Action::SegmentAlloc | Action::SegmentMap) {
-                    c.size[i] as i128
+                if seed {
+                    seed_segments += 1
                 } else {
-                    -(c.size[i] as i128)
-                };
+                    segment_events += 1
+                }
+                let delta =
+                    if matches!(action, Action::SegmentAlloc | Action::SegmentMap) { c.size[i] as i128 } else { -(c.size[i] as i128) };
                 let r = reserved.entry(dev).or_insert(0);
                 *r += delta;
                 let p = peak_reserved.entry(dev).or_insert(0);

@@ -17,17 +17,14 @@ pub fn write_arrow(trace: &Trace, path: &Path) -> Result<()> {
     let file = File::create(path).map_err(|e| Error::io(path, e))?;
     let mut w = FileWriter::try_new(BufWriter::new(file), &trace.schema())
         .map_err(|e| Error::format(path, format!("cannot write Arrow file: {e}")))?;
-    w.write(trace.batch())
-        .and_then(|_| w.finish())
-        .map_err(|e| Error::format(path, format!("cannot write Arrow file: {e}")))?;
+    w.write(trace.batch()).and_then(|_| w.finish()).map_err(|e| Error::format(path, format!("cannot write Arrow file: {e}")))?;
     Ok(())
 }
 
 pub fn read_arrow(path: &Path) -> Result<Trace> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let reader = FileReader::try_new(BufReader::new(file), None).map_err(|e| {
-        Error::format(path, format!("not a readable Arrow IPC file ({e})"))
-    })?;
+    let reader =
+        FileReader::try_new(BufReader::new(file), None).map_err(|e| Error::format(path, format!("not a readable Arrow IPC file ({e})")))?;
     let schema = reader.schema();
     let md = schema.metadata();
     let version = md.get(META_FORMAT_VERSION).ok_or_else(|| {
@@ -43,7 +40,10 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
         match schema.fields().get(i) {
             Some(f) if f.name() == want.name() && f.data_type() == want.data_type() => {}
             Some(f) => {
-                return Err(Error::schema(path, format!("column {i} is {} of type {}, expected {} of type {}", f.name(), f.data_type(), want.name(), want.data_type())))
+                return Err(Error::schema(
+                    path,
+                    format!("column {i} is {} of type {}, expected {} of type {}", f.name(), f.data_type(), want.name(), want.data_type()),
+                ))
             }
             None => return Err(Error::schema(path, format!("missing column {}", want.name()))),
         }
@@ -54,9 +54,8 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
         Some(s) => serde_json::from_str(s).map_err(|e| Error::schema(path, format!("bad allocreplay.frames: {e}")))?,
         None => FrameTable::default(),
     };
-    let batches: Vec<RecordBatch> = reader
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| Error::format(path, format!("corrupt Arrow record batch: {e}")))?;
+    let batches: Vec<RecordBatch> =
+        reader.collect::<std::result::Result<_, _>>().map_err(|e| Error::format(path, format!("corrupt Arrow record batch: {e}")))?;
     let batch = if batches.len() == 1 {
         batches.into_iter().next().unwrap()
     } else {
@@ -66,8 +65,7 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
     // The engine reads action codes as dictionary keys: the dictionary must be ours.
     let dict = batch.column(0).as_dictionary::<UInt8Type>();
     let values = dict.values().as_string_opt::<i32>().ok_or_else(|| Error::schema(path, "action dictionary is not utf8"))?;
-    let canonical = values.len() <= Action::ALL.len()
-        && (0..values.len()).all(|i| values.value(i) == Action::ALL[i].as_str());
+    let canonical = values.len() <= Action::ALL.len() && (0..values.len()).all(|i| values.value(i) == Action::ALL[i].as_str());
     if !canonical {
         return Err(Error::schema(path, "action dictionary is not in allocreplay's canonical order"));
     }
@@ -79,7 +77,10 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
     let ids = batch.column(1).as_primitive::<arrow_array::types::UInt64Type>();
     if let Some(max) = ids.iter().flatten().max() {
         if max >= batch.num_rows() as u64 {
-            return Err(Error::schema(path, format!("alloc_id {max} is not dense: ids must be below the number of events ({})", batch.num_rows())));
+            return Err(Error::schema(
+                path,
+                format!("alloc_id {max} is not dense: ids must be below the number of events ({})", batch.num_rows()),
+            ));
         }
     }
     Ok(Trace::from_checked_batch(metadata, frames, batch))

@@ -53,30 +53,16 @@ impl Columns<'_> {
 }
 
 impl Trace {
-    pub(crate) fn from_parts(
-        metadata: TraceMetadata,
-        frames: FrameTable,
-        extra_fields: &[Field],
-        columns: Vec<ArrayRef>,
-    ) -> Result<Trace> {
+    pub(crate) fn from_parts(metadata: TraceMetadata, frames: FrameTable, extra_fields: &[Field], columns: Vec<ArrayRef>) -> Result<Trace> {
         let metadata_json = serde_json::to_string(&metadata).expect("metadata serializes");
-        let frames_json = if frames.is_empty() {
-            None
-        } else {
-            Some(serde_json::to_string(&frames).expect("frames serialize"))
-        };
+        let frames_json = if frames.is_empty() { None } else { Some(serde_json::to_string(&frames).expect("frames serialize")) };
         let schema = schema::schema_with(extra_fields, metadata_json, frames_json);
-        let batch = RecordBatch::try_new(schema, columns)
-            .map_err(|e| Error::Replay(format!("building trace: {e}")))?;
+        let batch = RecordBatch::try_new(schema, columns).map_err(|e| Error::Replay(format!("building trace: {e}")))?;
         Ok(Trace { metadata, frames, batch })
     }
 
     /// Wraps a batch already checked by `ipc::read_arrow`.
-    pub(crate) fn from_checked_batch(
-        metadata: TraceMetadata,
-        frames: FrameTable,
-        batch: RecordBatch,
-    ) -> Trace {
+    pub(crate) fn from_checked_batch(metadata: TraceMetadata, frames: FrameTable, batch: RecordBatch) -> Trace {
         Trace { metadata, frames, batch }
     }
 
@@ -132,12 +118,7 @@ impl Trace {
         self.metadata == other.metadata
             && self.frames == other.frames
             && self.batch.num_columns() == other.batch.num_columns()
-            && self
-                .batch
-                .columns()
-                .iter()
-                .zip(other.batch.columns())
-                .all(|(a, b)| a.to_data() == b.to_data())
+            && self.batch.columns().iter().zip(other.batch.columns()).all(|(a, b)| a.to_data() == b.to_data())
             && self.batch.schema().fields() == other.batch.schema().fields()
     }
 

@@ -47,19 +47,14 @@ pub fn optional_field(name: &str) -> Option<Field> {
         "chunk_bytes" | "in_use_bytes" | "peak_in_use_bytes" | "reserved_bytes" => DataType::UInt64,
         "fragmentation" => DataType::Float64,
         // Context.
-        "op" | "shape" | "data_type" | "region_type" | "allocator" | "program" | "compile_context"
-        | "user_metadata" => DataType::Utf8,
+        "op" | "shape" | "data_type" | "region_type" | "allocator" | "program" | "compile_context" | "user_metadata" => DataType::Utf8,
         "step" | "thread_id" => DataType::Int64,
         _ => return None,
     };
     Some(Field::new(name, dt, true))
 }
 
-pub fn schema_with(
-    extra: &[Field],
-    metadata_json: String,
-    frames_json: Option<String>,
-) -> Arc<Schema> {
+pub fn schema_with(extra: &[Field], metadata_json: String, frames_json: Option<String>) -> Arc<Schema> {
     let mut fields = core_fields();
     fields.extend(extra.iter().cloned());
     let mut md = HashMap::new();

@@ -44,13 +44,7 @@ pub struct PytorchValidation {
 }
 
 fn stat(trace: &Trace, device: i32, key: &str) -> Option<u64> {
-    trace
-        .metadata
-        .extra
-        .get("recorded_stats")?
-        .get(device.to_string())?
-        .get(key)?
-        .as_u64()
+    trace.metadata.extra.get("recorded_stats")?.get(device.to_string())?.get(key)?.as_u64()
 }
 
 pub fn validate_pytorch(trace: &Trace, device: i32) -> Result<PytorchValidation> {
@@ -116,16 +110,12 @@ pub fn validate_pytorch(trace: &Trace, device: i32) -> Result<PytorchValidation>
 
     let info = trace_info(trace);
     let seeded = trace.metadata.seeded;
-    let peak_reserved_recorded = stat(trace, device, "reserved_bytes.all.peak")
-        .or_else(|| info.recorded_peak_reserved_bytes_per_device.get(&device).copied());
+    let peak_reserved_recorded =
+        stat(trace, device, "reserved_bytes.all.peak").or_else(|| info.recorded_peak_reserved_bytes_per_device.get(&device).copied());
     let (peak_allocated_recorded, retries_recorded, ooms_recorded) = if seeded {
         (None, None, None)
     } else {
-        (
-            stat(trace, device, "allocated_bytes.all.peak"),
-            stat(trace, device, "num_alloc_retries"),
-            stat(trace, device, "num_ooms"),
-        )
+        (stat(trace, device, "allocated_bytes.all.peak"), stat(trace, device, "num_alloc_retries"), stat(trace, device, "num_ooms"))
     };
     let address_match = if allocs == 0 { 1.0 } else { matched as f64 / allocs as f64 };
     let s = &r.stats;

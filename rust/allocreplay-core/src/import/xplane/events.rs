@@ -184,7 +184,12 @@ fn key_of(name: &str) -> Option<Key> {
 
 fn decode_error(path: &Path, what: &str, e: prost::DecodeError) -> Error {
     // prost names our structs (`XSpaceRaw.planes: ...`); say it in the .proto's terms.
-    let text = e.to_string().replace("failed to decode Protobuf message: ", "").replace("XSpaceRaw", "XSpace").replace("Lazy", "").replace("Head", "");
+    let text = e
+        .to_string()
+        .replace("failed to decode Protobuf message: ", "")
+        .replace("XSpaceRaw", "XSpace")
+        .replace("Lazy", "")
+        .replace("Head", "");
     let truncated = text.contains("underflow") || text.contains("EOF") || text.contains("invalid varint");
     Error::format(
         path,
@@ -267,10 +272,7 @@ fn as_f64(v: &XStatValue) -> Option<f64> {
 }
 
 fn plane_stat<'a>(p: &'a XPlaneStats, name: &str) -> Option<&'a XStatValue> {
-    p.stats
-        .iter()
-        .find(|s| p.stat_metadata.get(&s.metadata_id).is_some_and(|m| m.name == name))
-        .and_then(|s| s.value.as_ref())
+    p.stats.iter().find(|s| p.stat_metadata.get(&s.metadata_id).is_some_and(|m| m.name == name)).and_then(|s| s.value.as_ref())
 }
 
 /// Decodes the XSpace in `data` and collects every memory event of every allocator.
@@ -351,7 +353,17 @@ pub fn parse(path: &Path, data: Vec<u8>) -> Result<ParsedCapture> {
             let head = XEventHead::decode(raw.clone()).map_err(|e| decode_error(path, &format!("an event on line {}", line.name), e))?;
             let Some(&alloc) = kind.get(&head.metadata_id) else { continue };
             let ev = XEvent::decode(raw.clone()).map_err(|e| decode_error(path, &format!("an event on line {}", line.name), e))?;
-            let e = read_event(path, &ev.stats, alloc, &keys, &plane.stat_metadata, &mut strings, &mut allocator_of, &mut out.allocators, line.name.as_str())?;
+            let e = read_event(
+                path,
+                &ev.stats,
+                alloc,
+                &keys,
+                &plane.stat_metadata,
+                &mut strings,
+                &mut allocator_of,
+                &mut out.allocators,
+                line.name.as_str(),
+            )?;
             let Some(mut e) = e else { continue };
             e.time_ps = base_ps.saturating_add(head.offset_ps);
             e.thread = line.id;
@@ -421,7 +433,9 @@ fn read_event(
         // Not a BFC event (some other allocator emitting the same name without stats).
         return Ok(None);
     };
-    let missing = |stat: &str| Error::format(path, format!("a {what} event on thread '{line}' has no '{stat}' stat; the capture is from a profiler too old to replay (TF >= 2.3 / any JAX records it)"));
+    let missing = |stat: &str| {
+        Error::format(path, format!("a {what} event on thread '{line}' has no '{stat}' stat; the capture is from a profiler too old to replay (TF >= 2.3 / any JAX records it)"))
+    };
     e.chunk = chunk.ok_or_else(|| missing("allocation_bytes"))?;
     e.addr = addr.ok_or_else(|| missing("addr"))?;
     e.in_use = in_use.ok_or_else(|| missing("bytes_allocated"))?;
@@ -542,7 +556,8 @@ pub fn order_by_chain(events: &mut Vec<MemEvent>) -> OrderingReport {
 /// (no other's in-use-after is its in-use-before); the head if none or all can.
 fn chain_start(events: &[MemEvent], taken: &[bool], head: usize) -> usize {
     let t = events[head].time_ps;
-    let group: Vec<usize> = (head..events.len()).take_while(|&j| events[j].time_ps == t).filter(|&j| !taken[j]).take(CHAIN_WINDOW).collect();
+    let group: Vec<usize> =
+        (head..events.len()).take_while(|&j| events[j].time_ps == t).filter(|&j| !taken[j]).take(CHAIN_WINDOW).collect();
     if group.len() < 2 {
         return head;
     }
@@ -597,7 +612,8 @@ pub fn seeds(events: &[MemEvent]) -> Seeds {
         // Buffers live throughout the window occupy memory no event of the window touches:
         // the gaps between the chunks the window allocates and frees. Fill them lowest first
         // (long-lived buffers are the oldest, low in their regions), whole gaps only.
-        let mut spans: Vec<(u64, u64)> = events.iter().map(|e| (e.addr, e.addr + e.chunk)).chain(seeded.iter().map(|&(a, _, c)| (a, a + c))).collect();
+        let mut spans: Vec<(u64, u64)> =
+            events.iter().map(|e| (e.addr, e.addr + e.chunk)).chain(seeded.iter().map(|&(a, _, c)| (a, a + c))).collect();
         spans.sort_unstable();
         let mut end = None::<u64>;
         for (a, b) in spans {

@@ -56,11 +56,7 @@ pub fn find_in_profile_dir(dir: &Path) -> Result<PathBuf> {
     if !here.is_empty() {
         return one_capture(dir, here);
     }
-    let profile = if dir.join("plugins").join("profile").is_dir() {
-        dir.join("plugins").join("profile")
-    } else {
-        dir.to_path_buf()
-    };
+    let profile = if dir.join("plugins").join("profile").is_dir() { dir.join("plugins").join("profile") } else { dir.to_path_buf() };
     let mut runs: Vec<PathBuf> = std::fs::read_dir(&profile)
         .map_err(|e| Error::io(&profile, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -105,16 +101,10 @@ fn one_capture(dir: &Path, files: Vec<PathBuf>) -> Result<PathBuf> {
 /// Names the allocator to import: the one asked for, else the device allocator with most
 /// events, else the allocator with most events.
 fn choose_allocator<'a>(path: &Path, summaries: &'a [AllocatorSummary], asked: Option<&str>) -> Result<&'a AllocatorSummary> {
-    let listing = || {
-        summaries.iter().map(|s| format!("{} ({} events)", s.name, s.events)).collect::<Vec<_>>().join(", ")
-    };
+    let listing = || summaries.iter().map(|s| format!("{} ({} events)", s.name, s.events)).collect::<Vec<_>>().join(", ");
     if let Some(name) = asked {
         return summaries.iter().find(|s| s.name == name).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{}: no allocator named '{name}' in the capture; its allocators: {}",
-                path.display(),
-                listing()
-            ))
+            Error::InvalidArgument(format!("{}: no allocator named '{name}' in the capture; its allocators: {}", path.display(), listing()))
         });
     }
     let best = |device_only: bool| {
@@ -253,28 +243,31 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
     }
     bfc.insert("final_peak_bytes_in_use".into(), evs.iter().filter_map(|e| e.peak).max().into());
     metadata.extra.insert("allocator".into(), chosen.name.clone().into());
-    metadata.extra.insert(
-        "allocators".into(),
-        serde_json::Value::Object(summaries.iter().map(|s| (s.name.clone(), s.events.into())).collect()),
-    );
+    metadata
+        .extra
+        .insert("allocators".into(), serde_json::Value::Object(summaries.iter().map(|s| (s.name.clone(), s.events.into())).collect()));
     metadata.extra.insert("ordering".into(), serde_json::to_value(&ordering).expect("serializes"));
     let lowest_address = evs.iter().map(|e| e.addr).chain(seeds.live.iter().map(|&(a, _, _)| a)).min();
-    metadata.extra.insert("seed".into(), serde_json::json!({
-        "lowest_address": lowest_address,
-        "buffers": seeds.live.len(),
-        "buffer_bytes": seeds.live.iter().map(|&(_, _, c)| c).sum::<u64>(),
-        "unknown_bytes": seeds.unknown_bytes,
-        "gap_bytes": seeds.gap_bytes,
-        "regions": seeds.regions.iter().map(|&(a, s)| [a, s]).collect::<Vec<_>>(),
-        "starting_in_use_bytes": seeds.starting_in_use,
-    }));
+    metadata.extra.insert(
+        "seed".into(),
+        serde_json::json!({
+            "lowest_address": lowest_address,
+            "buffers": seeds.live.len(),
+            "buffer_bytes": seeds.live.iter().map(|&(_, _, c)| c).sum::<u64>(),
+            "unknown_bytes": seeds.unknown_bytes,
+            "gap_bytes": seeds.gap_bytes,
+            "regions": seeds.regions.iter().map(|&(a, s)| [a, s]).collect::<Vec<_>>(),
+            "starting_in_use_bytes": seeds.starting_in_use,
+        }),
+    );
     if let Some(h) = &capture.hostname {
         metadata.extra.insert("hostname".into(), h.clone().into());
     }
 
     if let Some((meta_path, m)) = read_meta_json(opts, path)? {
         if metadata.source_version.is_none() {
-            metadata.source_version = ["jax", "tf", "tensorflow"].iter().find_map(|k| m.get(*k)).and_then(|v| v.as_str()).map(str::to_string);
+            metadata.source_version =
+                ["jax", "tf", "tensorflow"].iter().find_map(|k| m.get(*k)).and_then(|v| v.as_str()).map(str::to_string);
         }
         if info.total_memory.is_none() {
             info.total_memory = json_u64(&m, "device_total_bytes");
@@ -356,8 +349,20 @@ pub(crate) mod tests {
     /// way the profiler writes them: names interned in stat_metadata, strings as ref_value.
     pub(crate) fn capture(lines: &[(i64, Vec<Ev>)]) -> Vec<u8> {
         let names = [
-            "allocator_name", "bytes_reserved", "bytes_allocated", "bytes_available", "fragmentation", "peak_bytes_in_use",
-            "requested_bytes", "allocation_bytes", "addr", "tf_op", "GPU_0_bfc", "gpu_host_bfc", "MatMul", "bfc_cpu_allocator_for_gpu",
+            "allocator_name",
+            "bytes_reserved",
+            "bytes_allocated",
+            "bytes_available",
+            "fragmentation",
+            "peak_bytes_in_use",
+            "requested_bytes",
+            "allocation_bytes",
+            "addr",
+            "tf_op",
+            "GPU_0_bfc",
+            "gpu_host_bfc",
+            "MatMul",
+            "bfc_cpu_allocator_for_gpu",
         ];
         let stat_metadata: HashMap<i64, XStatMetadata> =
             names.iter().enumerate().map(|(i, n)| (i as i64 + 1, XStatMetadata { id: i as i64 + 1, name: n.to_string() })).collect();
@@ -393,7 +398,15 @@ pub(crate) mod tests {
                     })
                     .collect();
                 events.push(XEvent { metadata_id: 3, offset_ps: 5, duration_ps: 10, num_occurrences: 0, stats: vec![] });
-                XLine { id: *id, name: format!("thread {id}"), timestamp_ns: 1000, events, duration_ps: 0, display_id: 0, display_name: String::new() }
+                XLine {
+                    id: *id,
+                    name: format!("thread {id}"),
+                    timestamp_ns: 1000,
+                    events,
+                    duration_ps: 0,
+                    display_id: 0,
+                    display_name: String::new(),
+                }
             })
             .collect();
         let host = XPlane { id: 1, name: "/host:CPU".into(), lines: xlines, event_metadata, stat_metadata, stats: vec![] };
@@ -405,7 +418,12 @@ pub(crate) mod tests {
             stat_metadata: HashMap::from([(1, XStatMetadata { id: 1, name: "memory_size".into() })]),
             stats: vec![XStat { metadata_id: 1, value: Some(XStatValue::Uint64(80 << 30)) }],
         };
-        let space = XSpaceRaw { planes: vec![Bytes::from(gpu.encode_to_vec()), Bytes::from(host.encode_to_vec())], errors: vec![], warnings: vec![], hostnames: vec!["h".into()] };
+        let space = XSpaceRaw {
+            planes: vec![Bytes::from(gpu.encode_to_vec()), Bytes::from(host.encode_to_vec())],
+            errors: vec![],
+            warnings: vec![],
+            hostnames: vec!["h".into()],
+        };
         space.encode_to_vec()
     }
 
@@ -549,7 +567,14 @@ pub(crate) mod tests {
         let m = one_line(&e);
         assert!(m.contains("no memory events") && m.contains("2 host events"), "{m}");
         // No host plane at all.
-        let gpu = XPlane { id: 2, name: "/device:GPU:0".into(), lines: vec![], event_metadata: HashMap::new(), stat_metadata: HashMap::new(), stats: vec![] };
+        let gpu = XPlane {
+            id: 2,
+            name: "/device:GPU:0".into(),
+            lines: vec![],
+            event_metadata: HashMap::new(),
+            stat_metadata: HashMap::new(),
+            stats: vec![],
+        };
         let space = XSpaceRaw { planes: vec![Bytes::from(gpu.encode_to_vec())], errors: vec![], warnings: vec![], hostnames: vec![] };
         let e = import(space.encode_to_vec(), &ImportOptions::default()).unwrap_err();
         assert!(one_line(&e).contains("no memory events"), "{e}");
@@ -597,7 +622,15 @@ pub(crate) mod tests {
         };
         let kept: Vec<Ev> = evs[skip..]
             .iter()
-            .map(|e| Ev { alloc: e.alloc, time_ns: e.time_ps / 1000 + 1000, requested: e.requested, chunk: e.chunk, addr: e.addr, in_use: e.in_use, allocator: name })
+            .map(|e| Ev {
+                alloc: e.alloc,
+                time_ns: e.time_ps / 1000 + 1000,
+                requested: e.requested,
+                chunk: e.chunk,
+                addr: e.addr,
+                in_use: e.in_use,
+                allocator: name,
+            })
             .collect();
         let n = kept.len();
         (import(capture(&[(1, kept)]), &ImportOptions::default()).unwrap(), n)
