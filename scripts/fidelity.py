@@ -7,6 +7,7 @@ captures in ../shared/traces (their README and each run's .json).
 Runs the installed `allocreplay` CLI (`pip install .` first) with --json, so the table shows
 exactly what users get.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -260,7 +261,12 @@ def project_traces_section(shared: Path) -> list[str]:
     for path in sorted((ROOT / "traces").glob("*.arrow")):
         v = cli("validate", str(path))
         if "chunk_match" in v:
-            detail, rec, rep, extra = f"chunks {v['chunk_match']:.4f}, in use {v['in_use_match']:.4f}", v.get("peak_in_use_recorded"), v["peak_in_use_replayed"], "—"
+            detail, rec, rep, extra = (
+                f"chunks {v['chunk_match']:.4f}, in use {v['in_use_match']:.4f}",
+                v.get("peak_in_use_recorded"),
+                v["peak_in_use_replayed"],
+                "—",
+            )
         else:
             detail = "identical" if v["segment_events_match"] else "differ"
             rec, rep = v["peak_reserved_recorded"], v["peak_reserved_replayed"]
@@ -288,7 +294,7 @@ def main() -> None:
         "",
     ]
     for section in SECTIONS:
-        lines += section(args.shared) + [""]
+        lines += [*section(args.shared), ""]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines))
     print(f"wrote {args.output}")

@@ -41,7 +41,7 @@ def load_snapshot(path: Path) -> dict:
     # These are our own captures (trusted fixtures), so the test may use Python's pickle on
     # them to count entries independently of allocreplay's own (non-executing) parser.
     with lzma.open(path) as f:
-        return pickle.load(f)  # noqa: S301 - trusted fixture, see above
+        return pickle.load(f)
 
 
 def sidecar(path: Path) -> dict:

@@ -33,7 +33,10 @@ from conftest import TRACES, run_clirunner, shared
 
 FAKE_TORCH = Path(__file__).resolve().parent / "fake_torch"
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
-needs_tf = pytest.mark.skipif(not HAS_TF, reason="tensorflow is not installed here: the TensorFlow capture path (CPU BFC) is tested only where it is (pip install tensorflow-cpu; CI installs it)")
+needs_tf = pytest.mark.skipif(
+    not HAS_TF,
+    reason="tensorflow is not installed here: the TensorFlow capture path (CPU BFC) is tested only where it is (pip install tensorflow-cpu; CI installs it)",
+)
 
 TORCH_SCRIPT = """
 import sys
@@ -276,7 +279,9 @@ def bad_uses(tmp: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
     return cases
 
 
-@pytest.mark.parametrize("case", ["no_script", "missing_dir", "directory", "no_command", "no_python", "no_gpu", "nothing_used", "bad_framework", "not_installed"])
+@pytest.mark.parametrize(
+    "case", ["no_script", "missing_dir", "directory", "no_command", "no_python", "no_gpu", "nothing_used", "bad_framework", "not_installed"]
+)
 def test_bad_use_is_one_line_and_exit_code_2(tmp_path, case):
     cases = bad_uses(tmp_path)
     if case not in cases:
@@ -296,9 +301,8 @@ def test_bad_use_through_clirunner():
 
 
 def test_python_api_errors_are_typed(tmp_path):
-    with pytest.raises(allocreplay.CaptureError, match="output not writable"):
-        with allocreplay.capture(tmp_path / "no" / "dir" / "x.arrow"):
-            pass
+    with pytest.raises(allocreplay.CaptureError, match="output not writable"), allocreplay.capture(tmp_path / "no" / "dir" / "x.arrow"):
+        pass
     with pytest.raises(allocreplay.errors.CaptureError, match="unknown framework"):
         allocreplay.capture("x.arrow", framework="mxnet")
     assert issubclass(allocreplay.CaptureError, allocreplay.AllocReplayError)
@@ -368,9 +372,9 @@ def test_tf_capture_survives_a_failing_script_and_in_process(tmp_path):
     assert validate(tmp_path / "fail.arrow")["ok"] is True
 
     # In-process, entered after `import tensorflow` but before the model exists.
-    inproc = TF_SCRIPT.replace("import tensorflow as tf\n", "import tensorflow as tf\nimport allocreplay\ncap = allocreplay.capture('in.arrow', framework='tf')\ncap.__enter__()\n").replace(
-        'print("tf done"', 'cap.__exit__(None, None, None)\nprint("tf done"'
-    )
+    inproc = TF_SCRIPT.replace(
+        "import tensorflow as tf\n", "import tensorflow as tf\nimport allocreplay\ncap = allocreplay.capture('in.arrow', framework='tf')\ncap.__enter__()\n"
+    ).replace('print("tf done"', 'cap.__exit__(None, None, None)\nprint("tf done"')
     (tmp_path / "inproc.py").write_text(inproc)
     p = subprocess.run([sys.executable, "inproc.py"], cwd=tmp_path, env=tf_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import allocreplay
-from conftest import TRACES, run_cli  # noqa: F401 - run_cli is a fixture
+from conftest import TRACES
 
 TWO = TRACES / "two_streams__default.pickle.xz"
 

@@ -15,7 +15,7 @@ import pytest
 
 import allocreplay
 from allocreplay import errors
-from conftest import TRACES, run_cli  # noqa: F401 - fixture
+from conftest import TRACES
 
 GOOD = TRACES / "two_streams__default.pickle.xz"
 
@@ -57,7 +57,23 @@ def bad_inputs(tmp_path):
     }
 
 
-CASES = ["truncated_pickle", "truncated_xz", "corrupt_xz", "corrupt_pickle", "not_a_snapshot_dict", "not_a_snapshot_list", "ordered_dict", "class_instance", "fraction_reduce", "protocol0_global", "text_file", "empty_file", "plain_arrow", "missing_file", "directory"]
+CASES = [
+    "truncated_pickle",
+    "truncated_xz",
+    "corrupt_xz",
+    "corrupt_pickle",
+    "not_a_snapshot_dict",
+    "not_a_snapshot_list",
+    "ordered_dict",
+    "class_instance",
+    "fraction_reduce",
+    "protocol0_global",
+    "text_file",
+    "empty_file",
+    "plain_arrow",
+    "missing_file",
+    "directory",
+]
 
 
 def assert_one_line_error(r, path, words):
@@ -96,7 +112,7 @@ def test_unsafe_pickle_is_never_executed(tmp_path):
             return (open, (str(marker), "w"))
 
     p = make(tmp_path, "evil.pickle", pickle.dumps(Evil()))
-    with pytest.raises(errors.UnsafePickleError, match="builtins.open|io.open"):
+    with pytest.raises(errors.UnsafePickleError, match=r"builtins\.open|io\.open"):
         allocreplay.load(p)
     assert not marker.exists()
 
@@ -108,7 +124,7 @@ def test_unknown_policy_lists_valid_names(run_cli):
     assert line.startswith("error: ") and "nosuch" in line
     for name in allocreplay.POLICY_NAMES:
         assert name in line
-    with pytest.raises(errors.PolicySpecError, match="known policies: .*pytorch"):
+    with pytest.raises(errors.PolicySpecError, match=r"known policies: .*pytorch"):
         allocreplay.replay(allocreplay.load(GOOD), ["nosuch:opt"])
 
 
@@ -127,7 +143,17 @@ def test_unwritable_output_names_the_file(run_cli, tmp_path):
 
 
 def test_exception_hierarchy():
-    names = ["TraceIOError", "TraceFormatError", "UnsafePickleError", "UnknownFormatError", "SchemaError", "PolicySpecError", "InvalidArgumentError", "ReplayError", "CaptureError"]
+    names = [
+        "TraceIOError",
+        "TraceFormatError",
+        "UnsafePickleError",
+        "UnknownFormatError",
+        "SchemaError",
+        "PolicySpecError",
+        "InvalidArgumentError",
+        "ReplayError",
+        "CaptureError",
+    ]
     for n in names:
         cls = getattr(errors, n)
         assert issubclass(cls, errors.AllocReplayError) and cls is getattr(allocreplay, n)

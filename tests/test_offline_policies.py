@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 import allocreplay
-
 from conftest import shared_pytorch_pickles, sidecar
 
 

@@ -12,11 +12,24 @@ import pytest
 
 import allocreplay
 from allocreplay import errors
-from conftest import TRACES, run_cli, shared, sidecar  # noqa: F401 - run_cli is a fixture
+from conftest import TRACES, shared, sidecar
 
 TWO = TRACES / "two_streams__default.pickle.xz"
 H200 = 150_109_880_320  # two_streams__default.json device_total_bytes
-SUMMARY_KEYS = ["policy", "device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_requested_bytes", "num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms", "first_oom_event", "events", "replay_seconds"]
+SUMMARY_KEYS = [
+    "policy",
+    "device",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "peak_requested_bytes",
+    "num_device_alloc",
+    "num_device_free",
+    "num_alloc_retries",
+    "num_ooms",
+    "first_oom_event",
+    "events",
+    "replay_seconds",
+]
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import allocreplay
-from conftest import TRACES, load_snapshot, run_cli, shared  # noqa: F401 - run_cli is a fixture
+from conftest import TRACES, load_snapshot, shared
 
 CASES = [
     TRACES / "two_streams__default.pickle.xz",
@@ -18,7 +18,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("src", CASES + ["ring20k"], ids=lambda p: str(p).split("/")[-1].split(".")[0])
+@pytest.mark.parametrize("src", [*CASES, "ring20k"], ids=lambda p: str(p).split("/")[-1].split(".")[0])
 def test_import_save_load_round_trips(tmp_path, src):
     if src == "ring20k":
         src = shared("gpt2_train__default_ring20k.pickle.xz")
@@ -69,7 +69,17 @@ def test_events_columns_and_action_codes():
     assert set(frees["alloc_id"].to_list()) <= set(allocs["alloc_id"].to_list())
     # The Arrow dictionary is the action codes of traces/README.md.
     action = t.to_arrow().column("action").combine_chunks()
-    assert action.dictionary.to_pylist() == ["alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "snapshot"]
+    assert action.dictionary.to_pylist() == [
+        "alloc",
+        "free_requested",
+        "free_completed",
+        "segment_alloc",
+        "segment_free",
+        "segment_map",
+        "segment_unmap",
+        "oom",
+        "snapshot",
+    ]
 
 
 def test_metadata_and_schema_metadata():

@@ -9,7 +9,6 @@ import json
 import pytest
 
 import allocreplay
-
 from conftest import TRACES, run_subprocess, shared_pytorch_pickles, sidecar
 
 
@@ -41,7 +40,7 @@ def test_validate_is_byte_exact_on_every_capture(path):
 
 def test_capped_runs_replay_their_retries():
     # gpt2_train__default_capped.json: num_alloc_retries 3 under a 16,927,914,803-byte cap.
-    path = [p for p in shared_pytorch_pickles() if p.name.startswith("gpt2_train__default_capped")][0]
+    path = next(p for p in shared_pytorch_pickles() if p.name.startswith("gpt2_train__default_capped"))
     report = allocreplay.validate(path)
     assert report["capacity"] == 16927914803
     assert report["num_alloc_retries_replayed"] == 3

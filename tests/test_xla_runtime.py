@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 import allocreplay
-
 from conftest import REPO, run_subprocess
 
 DUMP = REPO.parent / "shared" / "traces" / "jax" / "jaxlm_xla_dump"

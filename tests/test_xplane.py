@@ -11,7 +11,7 @@ import pytest
 
 import allocreplay
 from allocreplay import errors
-from conftest import REPO, run_cli  # noqa: F401 - fixture
+from conftest import REPO
 
 SHARED = REPO.parent / "shared" / "traces"
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-
 class Trace:
     """An allocation trace: one row per event (see ``traces/README.md`` for every column).
 
@@ -28,7 +28,7 @@ class Trace:
     ``to_arrow()`` a pyarrow Table (schema metadata included), ``save(path)`` writes ``.arrow``.
     """
 
-    __slots__ = ("_inner", "__dict__")
+    __slots__ = ("__dict__", "_inner")
 
     def __init__(self, inner: _core.Trace) -> None:
         self._inner = inner
@@ -96,7 +96,7 @@ class ReplayResult:
     - ``placements``: where each request was placed.
     """
 
-    __slots__ = ("_inner", "__dict__")
+    __slots__ = ("__dict__", "_inner")
 
     def __init__(self, inner: _core.ReplayResult) -> None:
         self._inner = inner
@@ -121,7 +121,7 @@ class ReplayResult:
         return f"<allocreplay.ReplayResult\n{self.summary}>"
 
 
-def _capacity_arg(capacity: str | int | float | None) -> str | None:
+def _capacity_arg(capacity: str | float | None) -> str | None:
     if capacity is None:
         return None
     if isinstance(capacity, bool):
@@ -134,7 +134,7 @@ def _capacity_arg(capacity: str | int | float | None) -> str | None:
 def replay(
     trace: Trace | str | os.PathLike[str],
     policies: str | Sequence[str] = ("pytorch",),
-    capacity: str | int | float | None = None,
+    capacity: str | float | None = None,
     *,
     timeline_points: int = 2000,
     placements: bool = True,
@@ -183,6 +183,7 @@ def validate(trace: Trace | str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(trace, Trace):
         trace = load(trace)
     return json.loads(_core.validate_json(trace._inner))
+
 
 _PLAN_SCHEMA = {
     "program": pl.String,

@@ -11,14 +11,16 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
 from allocreplay import _core
-from allocreplay._api import Trace, load, replay as _replay, validate as _validate
-
-from allocreplay._api import Trace, load, plan as _plan, replay as _replay
+from allocreplay._api import Trace, load
+from allocreplay._api import plan as _plan
+from allocreplay._api import replay as _replay
+from allocreplay._api import validate as _validate
 from allocreplay.errors import AllocReplayError
 
 EXIT_ERROR = 2
@@ -34,7 +36,9 @@ def _fail(message: str) -> None:
 class _Cli(click.Group):
     """A group whose errors are single lines with exit code 2."""
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:  # type: ignore[override]
+    def main(
+        self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None, standalone_mode: bool = True, **extra: Any
+    ) -> Any:  # type: ignore[override]
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _NO_ARGS_IS_HELP as e:  # type: ignore[misc]
@@ -96,7 +100,7 @@ class _Progress:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if sys.stderr.isatty():
             self.thread = threading.Thread(target=self._run, daemon=True)
             self.thread.start()
@@ -169,12 +173,20 @@ def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None)
     ]
     bfc = md.get("allocator_settings") if md.get("source") == "xplane" else None
     if isinstance(bfc, dict):
-        rows.append(("allocator", f"{bfc.get('allocator_name')} (BFC, limit {_gib(bfc.get('memory_limit'))}); recorded peak in use {_gib(bfc.get('final_peak_bytes_in_use'))}"))
+        rows.append(
+            (
+                "allocator",
+                f"{bfc.get('allocator_name')} (BFC, limit {_gib(bfc.get('memory_limit'))}); recorded peak in use {_gib(bfc.get('final_peak_bytes_in_use'))}",
+            )
+        )
     if md.get("seeded"):
         rows.append(("seeded", f"history truncated: {info['seed_allocs']:,} live allocations and {info['seed_segments']:,} segments from the final state"))
     rows += [
         ("peak live requested", _gib(info["peak_live_requested_bytes"])),
-        ("recorded peak reserved", _gib(info["recorded_peak_reserved_bytes"]) if info["recorded_peak_reserved_bytes"] is not None else "- (no segments recorded)"),
+        (
+            "recorded peak reserved",
+            _gib(info["recorded_peak_reserved_bytes"]) if info["recorded_peak_reserved_bytes"] is not None else "- (no segments recorded)",
+        ),
         ("duration", "-" if info["duration_s"] is None else f"{info['duration_s']:.3f} s"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -190,14 +202,28 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 @cli.command("replay")
 @click.argument("trace")
-@click.option("-p", "--policy", "policies", multiple=True, metavar="SPEC", help=f"Policy to replay under, NAME[:OPTIONS] (repeatable; default pytorch). Known: {', '.join(_core.POLICY_NAMES)}.")
-@click.option("-c", "--capacity", metavar="SIZE", help="Device memory available: bytes, a size (80GiB, 81920MiB, 16GB) or a fraction of the trace's device memory (0.5). Default: the recorded device's total memory.")
+@click.option(
+    "-p",
+    "--policy",
+    "policies",
+    multiple=True,
+    metavar="SPEC",
+    help=f"Policy to replay under, NAME[:OPTIONS] (repeatable; default pytorch). Known: {', '.join(_core.POLICY_NAMES)}.",
+)
+@click.option(
+    "-c",
+    "--capacity",
+    metavar="SIZE",
+    help="Device memory available: bytes, a size (80GiB, 81920MiB, 16GB) or a fraction of the trace's device memory (0.5). Default: the recorded device's total memory.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy and device.")
 @click.option("-o", "--output", "out", metavar="RESULT.arrow", help="Also write the summary table as an Arrow IPC file.")
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
 @click.option("--plot", "plot_path", metavar="FILE.png", help="Also draw the memory timeline of every policy (needs matplotlib).")
 @_allocator_option
-def replay_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, out: str | None, meta: str | None, plot_path: str | None, allocator: str | None) -> None:
+def replay_cmd(
+    trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, out: str | None, meta: str | None, plot_path: str | None, allocator: str | None
+) -> None:
     """Replay TRACE under allocator policies and report peak memory and OOMs."""
     specs = list(policies) or ["pytorch"]
     if capacity is not None:
@@ -222,7 +248,10 @@ def replay_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_j
         return
     info = t.info()
     recorded = info["recorded_peak_reserved_bytes"]
-    click.echo(f"{trace}: {info['events']:,} events on device(s) {', '.join(map(str, info['devices']))}" + (f"; the recorded run's peak reserved: {_gib(recorded)}" if recorded is not None else ""))
+    click.echo(
+        f"{trace}: {info['events']:,} events on device(s) {', '.join(map(str, info['devices']))}"
+        + (f"; the recorded run's peak reserved: {_gib(recorded)}" if recorded is not None else "")
+    )
     header = ["policy", "device", "peak allocated", "peak reserved", "device allocs", "retries", "OOMs", "first OOM at event", "seconds"]
     rows = [
         [
@@ -286,7 +315,13 @@ def _print_validation(r: dict[str, Any]) -> None:
     if "address_match" in r:
         rows.append(("allocations at the recorded address", f"{r['address_match']:.4%} of {r.get('allocs', 0):,}"))
     if "segment_events_match" in r:
-        rows.append(("segment events", ("identical" if r["segment_events_match"] else f"differ from #{r.get('first_segment_mismatch')}") + f" ({r.get('segment_events_recorded', 0):,} recorded, {r.get('segment_events_replayed', 0):,} replayed)"))
+        rows.append(
+            (
+                "segment events",
+                ("identical" if r["segment_events_match"] else f"differ from #{r.get('first_segment_mismatch')}")
+                + f" ({r.get('segment_events_recorded', 0):,} recorded, {r.get('segment_events_replayed', 0):,} replayed)",
+            )
+        )
     if "peak_reserved_replayed" in r:
         rows.append(("peak reserved", pair(r.get("peak_reserved_recorded"), r["peak_reserved_replayed"], _gib)))
     if "peak_allocated_replayed" in r:
@@ -299,10 +334,16 @@ def _print_validation(r: dict[str, Any]) -> None:
     for k, v in rows:
         click.echo(f"  {k:<{width}}  {v}")
 
+
 @cli.command("plan")
 @click.argument("dump_dir")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per program.")
-@click.option("--runtime", "runtime_out", metavar="OUT.arrow", help="Also write the allocations the JAX runtime makes running a program (arguments; per call the outputs and the temp arena), to replay under jax/bfc policies.")
+@click.option(
+    "--runtime",
+    "runtime_out",
+    metavar="OUT.arrow",
+    help="Also write the allocations the JAX runtime makes running a program (arguments; per call the outputs and the temp arena), to replay under jax/bfc policies.",
+)
 @click.option("--program", metavar="NAME", help="With --runtime: the program (a substring of its name; default the largest temp arena).")
 @click.option("--calls", type=click.IntRange(min=1), default=3, show_default=True, help="With --runtime: how many calls of the program.")
 def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str | None, calls: int) -> None:
@@ -320,7 +361,14 @@ def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str
         return
     header = ["program", "recorded temp", "planned temp", "lower bound", "arguments", "outputs"]
     rows = [
-        [r["program"], _gib(r["recorded_temp_bytes"]), _gib(r["planned_temp_bytes"]), _gib(r["lower_bound_bytes"]), _gib(r["argument_bytes"]), _gib(r["output_bytes"])]
+        [
+            r["program"],
+            _gib(r["recorded_temp_bytes"]),
+            _gib(r["planned_temp_bytes"]),
+            _gib(r["lower_bound_bytes"]),
+            _gib(r["argument_bytes"]),
+            _gib(r["output_bytes"]),
+        ]
         for r in plans.iter_rows(named=True)
     ]
     click.echo(_table(rows, header))
@@ -328,9 +376,28 @@ def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str
 
 @cli.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-o", "--output", "out", required=True, metavar="OUT.arrow", help="The trace to write; several devices give OUT_STEM.devN.arrow, one per device.")
-@click.option("--framework", type=click.Choice(["auto", "pytorch", "jax", "tf"]), default="auto", show_default=True, help="What to record: auto records whichever framework the command uses.")
-@click.option("--max-entries", type=click.IntRange(min=1), default=1_000_000, show_default=True, metavar="N", help="PyTorch: events the allocator's history keeps (the oldest beyond N are dropped; the trace is then seeded from the final state).")
-@click.option("--stacks", type=click.Choice(["python", "all", "none"]), default="python", show_default=True, help="PyTorch: stack of each allocation: Python frames, Python and C++ (slower), or none.")
+@click.option(
+    "--framework",
+    type=click.Choice(["auto", "pytorch", "jax", "tf"]),
+    default="auto",
+    show_default=True,
+    help="What to record: auto records whichever framework the command uses.",
+)
+@click.option(
+    "--max-entries",
+    type=click.IntRange(min=1),
+    default=1_000_000,
+    show_default=True,
+    metavar="N",
+    help="PyTorch: events the allocator's history keeps (the oldest beyond N are dropped; the trace is then seeded from the final state).",
+)
+@click.option(
+    "--stacks",
+    type=click.Choice(["python", "all", "none"]),
+    default="python",
+    show_default=True,
+    help="PyTorch: stack of each allocation: Python frames, Python and C++ (slower), or none.",
+)
 @click.option("--keep-raw", is_flag=True, help="Keep the raw captures (snapshot pickle, profiler directory, XLA dump, metadata .json) in OUT_STEM.raw/.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
 def capture_cmd(out: str, framework: str, max_entries: int, stacks: str, keep_raw: bool, command: tuple[str, ...]) -> None:

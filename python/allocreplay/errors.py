@@ -30,13 +30,13 @@ class CaptureError(AllocReplayError):
 
 __all__ = [
     "AllocReplayError",
-    "TraceIOError",
-    "TraceFormatError",
-    "UnsafePickleError",
-    "UnknownFormatError",
-    "SchemaError",
-    "PolicySpecError",
-    "InvalidArgumentError",
-    "ReplayError",
     "CaptureError",
+    "InvalidArgumentError",
+    "PolicySpecError",
+    "ReplayError",
+    "SchemaError",
+    "TraceFormatError",
+    "TraceIOError",
+    "UnknownFormatError",
+    "UnsafePickleError",
 ]

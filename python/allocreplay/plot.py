@@ -27,7 +27,7 @@ def _pyplot():
     return plt
 
 
-def plot_timeline(result: "ReplayResult", path: str | os.PathLike[str], *, title: str | None = None) -> None:
+def plot_timeline(result: ReplayResult, path: str | os.PathLike[str], *, title: str | None = None) -> None:
     """Writes the timeline of every (policy, device) of ``result`` to ``path`` (PNG, SVG, PDF:
     by extension)."""
     plt = _pyplot()
@@ -41,10 +41,18 @@ def plot_timeline(result: "ReplayResult", path: str | os.PathLike[str], *, title
             t = timeline.filter((timeline["policy"] == row["policy"]) & (timeline["device"] == dev))
             if t.height:
                 x = t["event"].to_numpy()
-                ax.plot(x, t["reserved_bytes"].to_numpy() / gib, color=color, lw=1.4, label=f"{row['policy']} reserved (peak {row['peak_reserved_bytes'] / gib:.2f} GiB)")
+                ax.plot(
+                    x,
+                    t["reserved_bytes"].to_numpy() / gib,
+                    color=color,
+                    lw=1.4,
+                    label=f"{row['policy']} reserved (peak {row['peak_reserved_bytes'] / gib:.2f} GiB)",
+                )
                 ax.plot(x, t["allocated_bytes"].to_numpy() / gib, color=color, lw=0.9, ls="--", alpha=0.8)
             else:  # offline bounds have no timeline: their peak as a line
-                ax.axhline(row["peak_reserved_bytes"] / gib, color=color, lw=1.0, ls=":", label=f"{row['policy']} (peak {row['peak_reserved_bytes'] / gib:.2f} GiB)")
+                ax.axhline(
+                    row["peak_reserved_bytes"] / gib, color=color, lw=1.0, ls=":", label=f"{row['policy']} (peak {row['peak_reserved_bytes'] / gib:.2f} GiB)"
+                )
             if row.get("first_oom_event") is not None:
                 ax.axvline(row["first_oom_event"], color=color, lw=0.8, ls="-.")
                 ax.annotate("OOM", (row["first_oom_event"], ax.get_ylim()[1] * 0.95), color=color, fontsize=8)

@@ -3,9 +3,8 @@ allocator per device (GPU_0_bfc, GPU_1_bfc...), so `allocreplay capture` writes 
 device."""
 
 import jax
-import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
-
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from jax_train import init, train_step
 
 mesh = jax.make_mesh((jax.device_count(),), ("data",))

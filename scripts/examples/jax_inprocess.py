@@ -4,9 +4,9 @@ backends exist, so the profiler starts with them and the whole run is recorded."
 import sys
 
 import jax
+from jax_train import main
 
 import allocreplay
-from jax_train import main
 
 out = sys.argv[1] if len(sys.argv) > 1 else "jax_inprocess.arrow"
 with allocreplay.capture(out, framework="jax") as cap:

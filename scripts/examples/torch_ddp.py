@@ -10,7 +10,6 @@ import random
 import torch
 import torch.distributed as dist
 from torch import nn
-
 from torch_train import LM
 
 
@@ -22,7 +21,7 @@ def main() -> None:
     rng = random.Random(rank)
     model = nn.parallel.DistributedDataParallel(LM().cuda(), device_ids=[rank])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    for step in range(3):
+    for _step in range(3):
         bs, seq = rng.choice([4, 8]), rng.randint(32, 128)
         x = torch.randint(0, 8000, (bs, seq), device="cuda")
         loss = nn.functional.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())

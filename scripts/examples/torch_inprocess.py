@@ -5,9 +5,9 @@ origin is not recorded)."""
 import sys
 
 import torch
+from torch_train import LM
 
 import allocreplay
-from torch_train import LM
 
 out = sys.argv[1] if len(sys.argv) > 1 else "torch_inprocess.arrow"
 torch.manual_seed(0)

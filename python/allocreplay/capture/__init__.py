@@ -35,7 +35,7 @@ from allocreplay.capture._convert import Captured, convert, keep_xla_dump
 from allocreplay.capture._runner import Result, check_output, run, stem_of
 from allocreplay.errors import CaptureError
 
-__all__ = ["capture", "Capture", "Captured", "run", "Result"]
+__all__ = ["Capture", "Captured", "Result", "capture", "run"]
 
 
 class Capture:
@@ -43,7 +43,9 @@ class Capture:
     written (:class:`Captured`: ``path``, ``framework``, ``device``, ``info``) and ``notes``
     why a framework recorded nothing."""
 
-    def __init__(self, out: str | os.PathLike[str], *, framework: str = "auto", max_entries: int = 1_000_000, stacks: str = "python", keep_raw: bool = False) -> None:
+    def __init__(
+        self, out: str | os.PathLike[str], *, framework: str = "auto", max_entries: int = 1_000_000, stacks: str = "python", keep_raw: bool = False
+    ) -> None:
         if framework not in ("auto", *_hook.FRAMEWORKS):
             raise CaptureError(f"unknown framework {framework!r}: expected auto, pytorch, jax or tf")
         if stacks not in ("python", "all", "none"):
@@ -62,7 +64,7 @@ class Capture:
         self._session: _hook.Session | None = None
         self._xla_env: tuple[str | None, str | None] | None = None
 
-    def __enter__(self) -> "Capture":
+    def __enter__(self) -> Capture:
         if _hook._session is not None or self._session is not None:
             raise CaptureError("a capture is already recording in this process (allocreplay capture's hook, or an enclosing capture())")
         check_output(self.out)
@@ -89,7 +91,9 @@ class Capture:
 
         xb = sys.modules.get("jax._src.xla_bridge")
         if xb is not None and getattr(xb, "backends_are_initialized", lambda: bool(getattr(xb, "_backends", None)))():
-            self.notes.append("jax: the backends existed before capture() began, so XLA_FLAGS could not ask for the programs' dumps; set them before JAX starts (or use `allocreplay capture`)")
+            self.notes.append(
+                "jax: the backends existed before capture() began, so XLA_FLAGS could not ask for the programs' dumps; set them before JAX starts (or use `allocreplay capture`)"
+            )
             return
         flags = os.environ.get("XLA_FLAGS", "")
         if "--xla_dump_to" in flags:

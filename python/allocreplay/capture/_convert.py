@@ -109,13 +109,13 @@ def convert(raw_dir: str, out: str, *, keep_raw: bool, xla_dump: str | None = No
         try:
             with open(meta) as f:
                 allocator = json.load(f).get("allocator")
-            if artifact["kind"] == "xplane":
-                trace = load(raw, meta=meta, allocator=allocator)
-            else:
-                trace = load(raw, meta=meta)
+            trace = load(raw, meta=meta, allocator=allocator if artifact["kind"] == "xplane" else None)
             info = finalize(trace, dest, None if dev == "cpu" else int(dev), raw if keep_raw else None)
         except AllocReplayError as e:
-            notes.append(f"{fw} (process {pid}, device {dev}): the raw capture could not be imported: {e}" + ("" if keep_raw else " (pass --keep-raw to keep the raw files)"))
+            notes.append(
+                f"{fw} (process {pid}, device {dev}): the raw capture could not be imported: {e}"
+                + ("" if keep_raw else " (pass --keep-raw to keep the raw files)")
+            )
             continue
         traces.append(Captured(dest, fw, dev, pid, info))
     if not traces:

@@ -32,7 +32,8 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ENV_CONFIG = "ALLOCREPLAY_CAPTURE"
 """The child's configuration: a JSON object (see :class:`Config`)."""
@@ -55,7 +56,7 @@ def log(message: str) -> None:
     try:
         sys.stderr.write(f"allocreplay capture [{os.getpid()}]: {message}\n")
         sys.stderr.flush()
-    except Exception:  # noqa: BLE001 - stderr closed: nothing to tell
+    except Exception:
         pass
 
 
@@ -80,7 +81,7 @@ class Config:
         return json.dumps({"dir": self.dir, "frameworks": self.frameworks, "max_entries": self.max_entries, "stacks": self.stacks})
 
     @classmethod
-    def from_json(cls, text: str) -> "Config":
+    def from_json(cls, text: str) -> Config:
         d = json.loads(text)
         return cls(d["dir"], list(d["frameworks"]), int(d["max_entries"]), str(d["stacks"]))
 
@@ -95,7 +96,7 @@ class FrameworkRecorder:
     name = ""
     module = ""
 
-    def __init__(self, session: "Session") -> None:
+    def __init__(self, session: Session) -> None:
         self.session = session
         self.status: dict[str, Any] = {"imported": False, "gpu": None, "recording": False, "reason": None}
         self.artifacts: list[dict[str, Any]] = []
@@ -181,7 +182,7 @@ class Session:
             if mod is not None:
                 self._on_import(rec, mod)
             else:
-                watch[rec.module] = (lambda m, r=rec: self._on_import(r, m))
+                watch[rec.module] = lambda m, r=rec: self._on_import(r, m)
         if watch:
             self._finder = _PostImportFinder(watch)
             sys.meta_path.insert(0, self._finder)
@@ -205,7 +206,7 @@ class Session:
         self.keep_atexit_last()
         try:
             rec.on_import(module)
-        except Exception as e:  # noqa: BLE001 - never break the user's program
+        except Exception as e:
             rec.status["reason"] = f"could not start recording: {type(e).__name__}: {e}"
             log(f"{rec.name}: {rec.status['reason']}")
         self.write_manifest()
@@ -235,7 +236,7 @@ class Session:
         for rec in self.recorders.values():
             try:
                 rec.finish()
-            except Exception as e:  # noqa: BLE001 - report, keep the other frameworks' files
+            except Exception as e:
                 rec.status["reason"] = f"could not write the capture: {type(e).__name__}: {e}"
                 log(f"{rec.name}: {rec.status['reason']}")
                 if not self.in_process:
@@ -294,7 +295,7 @@ def boot() -> None:
     try:
         _session = Session(Config.from_json(text), in_process=False)
         _session.start()
-    except Exception as e:  # noqa: BLE001 - the user's program runs regardless
+    except Exception as e:
         log(f"not recording: {type(e).__name__}: {e}")
 
 
@@ -310,5 +311,5 @@ def chain_sitecustomize(own_dir: str) -> None:
     sys.modules["sitecustomize"] = module
     try:
         spec.loader.exec_module(module)
-    except Exception:  # noqa: BLE001 - site.py also only reports a failing sitecustomize
+    except Exception:
         traceback.print_exc()

@@ -38,7 +38,7 @@ def _options(make: Any) -> Any:
     for attr, value in (("host_tracer_level", 2), ("python_tracer_level", 0), ("device_tracer_level", 1)):
         try:
             setattr(options, attr, value)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     return options
 
@@ -124,12 +124,12 @@ class JaxRecorder(FrameworkRecorder):
             for key, value in (("jax_version", self.jax.__version__),):
                 try:
                     _profiler.set_metadata(key, value)
-                except Exception:  # noqa: BLE001 - older jaxlib: the .json says it
+                except Exception:
                     pass
             os.makedirs(self.logdir, exist_ok=True)
             self.profiler_session = _profiler.ProfilerSession(_options(_profiler.ProfileOptions))
             self._started()
-        except Exception as e:  # noqa: BLE001 - never break the user's program
+        except Exception as e:
             self.status["reason"] = f"could not start the profiler: {type(e).__name__}: {e}"
             log(f"jax: {self.status['reason']}")
         self.session.write_manifest()
@@ -141,7 +141,7 @@ class JaxRecorder(FrameworkRecorder):
         try:
             self._start_trace()
             self._unwrap()
-        except Exception as e:  # noqa: BLE001 - retried at the next outermost call
+        except Exception as e:
             self.status["reason"] = f"could not start the profiler: {type(e).__name__}: {e}"
             if self._tries >= 3:
                 self._unwrap()
@@ -197,7 +197,7 @@ class JaxRecorder(FrameworkRecorder):
             import jaxlib
 
             common["jaxlib"] = getattr(jaxlib, "__version__", None)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         common["xla_dump"] = os.environ.get("ALLOCREPLAY_XLA_DUMP")
         devices: dict[str, str] = {}
@@ -205,7 +205,7 @@ class JaxRecorder(FrameworkRecorder):
             stats = None
             try:
                 stats = d.memory_stats()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             meta = dict(common)
             meta.update(
@@ -231,6 +231,6 @@ def _initialized(xb: Any) -> bool:
     if check is not None:
         try:
             return bool(check())
-        except Exception:  # noqa: BLE001
+        except Exception:
             return False
     return bool(getattr(xb, "_backends", None))

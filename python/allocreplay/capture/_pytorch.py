@@ -32,7 +32,7 @@ class TorchRecorder(FrameworkRecorder):
         self._watch_memory_fraction()
         try:
             available = bool(torch.cuda.is_available())
-        except Exception:  # noqa: BLE001
+        except Exception:
             available = False
         self.status["gpu"] = available
         if not available:
@@ -52,7 +52,7 @@ class TorchRecorder(FrameworkRecorder):
         # DeferredCudaCallError, so it is reported and swallowed.
         try:
             self._record()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.status["reason"] = f"could not start recording: {type(e).__name__}: {e}"
             log(f"pytorch: {self.status['reason']}")
         self.session.write_manifest()
@@ -86,7 +86,7 @@ class TorchRecorder(FrameworkRecorder):
             try:
                 index = recorder.torch.cuda._utils._get_device_index(device, optional=True) if device is not None else recorder.torch.cuda.current_device()
                 recorder.fractions[int(index)] = float(fraction)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
         set_per_process_memory_fraction._allocreplay = True  # type: ignore[attr-defined]
@@ -165,7 +165,7 @@ class TorchRecorder(FrameworkRecorder):
         if get is not None:
             try:
                 return float(get(device))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         return self.fractions.get(device)
 
@@ -173,7 +173,7 @@ class TorchRecorder(FrameworkRecorder):
 def _try(fn: Any) -> Any:
     try:
         return fn()
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 

@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ HOOK_PACKAGE = "_allocreplay_capture"
 HOOK_FILES = ("_hook.py", "_pytorch.py", "_jax.py", "_tf.py")
 XLA_DUMP_FLAGS = ("--xla_dump_hlo_as_proto", "--xla_dump_hlo_as_text")
 
-SITECUSTOMIZE = f'''\
+SITECUSTOMIZE = f"""\
 # Written by `allocreplay capture`: starts recording, then runs the sitecustomize this one shadows.
 import os as _os
 import sys as _sys
@@ -39,7 +38,7 @@ except Exception as _e:  # the user's program runs regardless
 else:
     _allocreplay_hook.chain_sitecustomize(_os.path.dirname(_os.path.abspath(__file__)))
     _allocreplay_hook.boot()
-'''
+"""
 
 
 @dataclass
@@ -201,9 +200,7 @@ def run(command: list[str], out: str, *, framework: str = "auto", max_entries: i
         outcome = convert(raw_dir, out, keep_raw=keep_raw, xla_dump=result.xla_dump)
         result.outcome = outcome
         if not outcome.manifests:
-            why = (
-                f"the recording hook never ran: {command[0]} started no Python, or its Python ignores PYTHONPATH (python -I / -E) or site (python -S)"
-            )
+            why = f"the recording hook never ran: {command[0]} started no Python, or its Python ignores PYTHONPATH (python -I / -E) or site (python -S)"
             if rc != 0:
                 result.messages.append(f"error: {why}")
                 return result

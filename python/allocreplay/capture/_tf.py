@@ -60,7 +60,7 @@ class TfRecorder(FrameworkRecorder):
         for i in range(len(self.gpus)):
             try:
                 info[str(i)] = dict(tf.config.experimental.get_memory_info(f"GPU:{i}"))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         if info:
             meta["memory_info"] = info

@@ -24,7 +24,7 @@ class OutOfMemoryError(RuntimeError):
     pass
 
 
-class version:  # noqa: N801 - mirrors torch.version
+class version:
     cuda = "13.0"
 
 
@@ -35,4 +35,4 @@ def _log(event, **kw):
             f.write(json.dumps({"event": event, "pid": os.getpid(), **kw}) + "\n")
 
 
-from torch import cuda  # noqa: E402
+from torch import cuda as cuda  # noqa: E402

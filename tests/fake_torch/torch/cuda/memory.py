@@ -1,5 +1,3 @@
-import os
-
 import torch
 
 _recording = {"on": False, "args": None}
