@@ -1,9 +1,11 @@
 //! allocreplay-core: trace model and Arrow schema, importers, allocator policies and the
 //! replay engine. Pure Rust; the Python bindings live in `allocreplay-py`.
 
+// A library prints nothing: results go to the caller (tests, benches and examples may print).
+#![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
+
 pub mod engine;
 pub mod error;
-pub(crate) mod hash;
 pub mod import;
 pub mod offline;
 pub mod policy;

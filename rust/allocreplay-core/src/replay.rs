@@ -101,7 +101,7 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
     } else {
         std::thread::scope(|s| {
             for _ in 0..threads {
-                s.spawn(&work);
+                s.spawn(work);
             }
         });
     }

@@ -113,3 +113,31 @@ pub(crate) fn read_meta_json(opts: &ImportOptions, path: &Path) -> Result<Option
     }
     Ok(Some((meta, v)))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::hash::{BuildHasher, Hasher};
+
+    use rustc_hash::{FxBuildHasher, FxHashMap};
+
+    /// The importers key maps by addresses (multiples of 512): rustc-hash 2's FxHasher rotates
+    /// its product so the well-mixed high bits reach the low bits hashbrown takes the bucket
+    /// index from. Without that rotation (rustc-hash 1.x) the low 9 bits of every such address's
+    /// hash are zero and 1,024 addresses share at most 2 of 1,024 bucket indices.
+    #[test]
+    fn addresses_512_apart_spread_over_buckets() {
+        let low: std::collections::HashSet<u64> = (0..1024u64)
+            .map(|i| {
+                let mut h = FxBuildHasher.build_hasher();
+                h.write_u64(0x7f00_0000_0000 + i * 512);
+                h.finish() & 1023
+            })
+            .collect();
+        assert!(low.len() > 256, "{} distinct bucket indices of 1024", low.len());
+        let mut m: FxHashMap<u64, u32> = FxHashMap::default();
+        for i in 0..10_000u64 {
+            m.insert(0x7f00_0000_0000 + i * 512, i as u32);
+        }
+        assert_eq!((m.len(), m[&(0x7f00_0000_0000 + 77 * 512)]), (10_000, 77));
+    }
+}

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::hash::FxHashMap;
+use rustc_hash::FxHashMap;
 
 /// One decoded value. Containers and strings are indices into the `Pickle` arena, so a value
 /// is `Copy` and a memo lookup (BINGET) shares the container like Python does.
@@ -388,7 +388,7 @@ impl<'a> Parser<'a> {
     }
     /// A dict of the key/value pairs `stack[from..]` (taken off the stack).
     fn new_dict(&mut self, from: usize) -> Result<Value, PickleError> {
-        if (self.stack.len() - from) % 2 != 0 {
+        if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(corrupt(format!("DICT with an odd number of items at byte {}", self.pos)));
         }
         let i = self.p.dicts.push(pairs_of(&self.stack[from..]))?;
@@ -456,7 +456,7 @@ impl<'a> Parser<'a> {
         if from == 0 {
             return Err(corrupt(format!("stack underflow at byte {}", self.pos)));
         }
-        if (self.stack.len() - from) % 2 != 0 {
+        if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(corrupt(format!("SETITEMS with an odd number of items at byte {}", self.pos)));
         }
         match self.stack[from - 1] {
@@ -657,7 +657,7 @@ impl<'a> Parser<'a> {
                     let v = self.new_tuple(m)?;
                     self.stack.push(v);
                 }
-                0x85 | 0x86 | 0x87 => {
+                0x85..=0x87 => {
                     let n = (op - 0x84) as usize;
                     if self.stack.len() < n {
                         return Err(corrupt(format!("stack underflow at byte {}", self.pos)));

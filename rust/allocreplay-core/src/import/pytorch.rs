@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::hash::FxHashMap;
+use rustc_hash::FxHashMap;
 use std::path::Path;
 
 use super::pickle::{self, Pickle, PickleError, Value};

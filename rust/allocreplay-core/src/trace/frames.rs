@@ -2,7 +2,7 @@
 //! first). The `stack_id` column of the events points into `stacks`. Stored as JSON under the
 //! schema metadata key `allocreplay.frames`.
 
-use crate::hash::FxHashMap;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -111,7 +111,7 @@ pub fn validate_bfc(trace: &Trace, device: i32, spec: Option<&str>) -> Result<Bf
     for s in candidates {
         let name = spec_of(&s);
         // Built through the registry path so the replay is the one `bfc:...` gives.
-        let BfcSpec::Bfc { settings, .. } = crate::policy::bfc_config::parse_bfc(name.trim_start_matches("bfc:"), &ctx)? else {
+        let BfcSpec::Bfc { settings, .. } = policy::bfc_config::parse_bfc(name.trim_start_matches("bfc:"), &ctx)? else {
             unreachable!("bfc specs build BFC allocators")
         };
         let mut p = Bfc::new(name, settings).with_trace(&ctx);

@@ -608,7 +608,7 @@ pub(crate) mod tests {
     /// events (in chain order), rebuilt as a capture and imported: what the cut-off part left
     /// live becomes seeds. Returns the trace and the number of events kept.
     fn late_start(path: &str, skip: usize) -> (Trace, usize) {
-        let p = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces")).join(path);
+        let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces")).join(path);
         assert!(p.exists(), "fixture missing: {}", p.display());
         let data = crate::import::compression::decompress(&p, std::fs::read(&p).unwrap()).unwrap();
         let mut cap = events::parse(&p, data).unwrap();
