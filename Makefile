@@ -6,7 +6,7 @@ VENV ?= .venv
 VENV_ABS := $(abspath $(VENV))
 PY := $(VENV_ABS)/bin/python
 
-.PHONY: test test-rust test-python venv develop wheel bench
+.PHONY: test test-rust test-python venv develop wheel bench lint format
 
 test: test-rust test-python
 
@@ -23,7 +23,7 @@ $(PY):
 TEST_EXTRAS ?=
 
 venv: $(PY)
-	$(PY) -m pip install --quiet "maturin>=1.5,<2" "pytest>=7" "polars>=1.10" "pyarrow>=15" "click>=8.1"
+	$(PY) -m pip install --quiet "maturin>=1.5,<2" "pytest>=7" "polars>=1.10" "pyarrow>=15" "click>=8.1" "ruff==0.17.6" "mypy==2.4.1"
 	@if [ -n "$(TEST_EXTRAS)" ]; then $(PY) -m pip install --quiet $(TEST_EXTRAS) || echo "warning: could not install $(TEST_EXTRAS): the tests that need it will be skipped"; fi
 
 # Builds the extension (dev profile: dependencies at opt-level 2, shared with `cargo test`)
@@ -37,6 +37,22 @@ test-python: develop
 # A release wheel in dist/ (what `pip install .` builds).
 wheel: venv
 	$(VENV_ABS)/bin/maturin build --release --out dist
+
+# `make lint`: formatting, clippy with warnings as errors (both crates, every target), ruff,
+# mypy (strict) and stubtest (python/allocreplay/_core.pyi against the built extension). CI runs it.
+lint: develop
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(VENV_ABS)/bin/ruff check python tests scripts
+	$(VENV_ABS)/bin/ruff format --check python tests scripts
+	$(VENV_ABS)/bin/mypy
+	$(PY) -m mypy.stubtest allocreplay._core
+
+# `make format`: what `make lint` checks, rewritten in place.
+format: venv
+	cargo fmt --all
+	$(VENV_ABS)/bin/ruff check --fix python tests scripts
+	$(VENV_ABS)/bin/ruff format python tests scripts
 
 # Import speed (see benches/RESULTS.md).
 bench:

@@ -29,6 +29,7 @@ import os
 import shutil
 import tempfile
 from types import TracebackType
+from typing import Literal
 
 from allocreplay.capture import _hook
 from allocreplay.capture._convert import Captured, convert, keep_xla_dump
@@ -112,7 +113,7 @@ class Capture:
                 os.environ[key] = value
         self._xla_env = None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> Literal[False]:
         session, self._session = self._session, None
         assert session is not None and self.raw_dir is not None
         try:

@@ -22,6 +22,7 @@ Layout of the raw directory (``--keep-raw`` keeps it):
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -133,6 +134,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             return spec
         loader = spec.loader
         finder = self
+        on_import: Callable[[Any], None] = callback  # narrowed: not None past the check above
 
         class _Loader(importlib.abc.Loader):
             def create_module(self, s: Any) -> Any:
@@ -145,7 +147,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
                 module.__loader__ = loader
                 loader.exec_module(module)
                 finder.callbacks.pop(fullname, None)
-                callback(module)
+                on_import(module)
 
         spec.loader = _Loader()
         return spec
@@ -182,7 +184,7 @@ class Session:
             if mod is not None:
                 self._on_import(rec, mod)
             else:
-                watch[rec.module] = lambda m, r=rec: self._on_import(r, m)
+                watch[rec.module] = functools.partial(self._on_import, rec)
         if watch:
             self._finder = _PostImportFinder(watch)
             sys.meta_path.insert(0, self._finder)

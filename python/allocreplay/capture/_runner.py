@@ -130,8 +130,8 @@ def hook_dir() -> str:
     pkg = os.path.join(d, HOOK_PACKAGE)
     os.makedirs(pkg)
     here = os.path.dirname(os.path.abspath(__file__))
-    for f in HOOK_FILES:
-        shutil.copy2(os.path.join(here, f), os.path.join(pkg, f))
+    for name in HOOK_FILES:
+        shutil.copy2(os.path.join(here, name), os.path.join(pkg, name))
     with open(os.path.join(pkg, "__init__.py"), "w") as f:
         f.write('"""A copy of allocreplay.capture\'s recording hook, injected by `allocreplay capture`."""\n')
     with open(os.path.join(d, "sitecustomize.py"), "w") as f:
