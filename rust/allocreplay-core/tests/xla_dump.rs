@@ -5,9 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
+use allocreplay_core::import::xla::trace::programs_trace;
 use allocreplay_core::import::xla::{self, XlaProgram};
 use allocreplay_core::import::{load, ImportOptions};
-use allocreplay_core::offline::buffer_assignment::{plan_dump, plan_program, plan_temps, programs_trace, runtime_trace};
+use allocreplay_core::offline::buffer_assignment::{plan_dump, plan_program, plan_temps, runtime_trace};
 use allocreplay_core::Action;
 
 fn jaxlm_dir() -> PathBuf {

@@ -3,7 +3,6 @@
 
 pub mod compression;
 pub mod pickle;
-pub mod protowire;
 pub mod pytorch;
 pub mod xla;
 pub mod xplane;
@@ -45,7 +44,7 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
             .any(|e| e.file_name().to_string_lossy().contains("_after_optimizations"));
         if is_xla_dump {
             let programs = xla::load_dump(path)?;
-            return crate::offline::buffer_assignment::programs_trace(&programs, path);
+            return xla::trace::programs_trace(&programs, path);
         }
         return match xplane::find_in_profile_dir(path) {
             Ok(file) => load(&file, opts),

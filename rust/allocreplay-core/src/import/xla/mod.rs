@@ -9,14 +9,17 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::protowire::{self, Value};
+use prost::Message;
+
 use crate::error::{Error, Result};
+
+pub mod proto;
+pub mod trace;
 
 const AFTER_OPT: &str = "_after_optimizations";
 
 /// `(logical buffer id, offset, size)` of an allocation's assigned values, before ids are
 /// resolved.
-type RawAssigned = Vec<(u64, i64, i64)>;
 /// Live ranges in schedule steps by `instr{index}` name.
 pub type LiveRanges = HashMap<String, (i64, i64)>;
 
@@ -207,90 +210,60 @@ pub fn load_program(prefix: &Path) -> Result<XlaProgram> {
     Ok(program)
 }
 
-fn fmt_err(path: &Path) -> impl Fn(String) -> Error + '_ {
-    move |m| Error::format(path, format!("not a valid HloProto: {m}"))
-}
-
-/// Parses an `HloProto` {hlo_module = 1, buffer_assignment = 3}.
+/// Parses an `HloProto` {hlo_module = 1, buffer_assignment = 3} (messages in [`proto`]).
 pub fn parse_hlo_proto(path: &Path, data: &[u8]) -> Result<XlaProgram> {
-    let err = fmt_err(path);
-    let (mut module, mut ba) = (None, None);
-    for f in protowire::fields(data) {
-        let (n, v) = f.map_err(&err)?;
-        match (n, v) {
-            (1, Value::Bytes(b)) => module = Some(b),
-            (3, Value::Bytes(b)) => ba = Some(b),
-            _ => {}
-        }
-    }
-    let Some(ba) = ba else {
+    let hlo = proto::HloProto::decode(data).map_err(|e| Error::format(path, format!("not a valid HloProto: {e}")))?;
+    let Some(ba) = hlo.buffer_assignment else {
         return Err(Error::format(
             path,
             "HloProto has no buffer_assignment (field 3): dump the optimized module (…_after_optimizations.hlo.pb)",
         ));
     };
-    let (positions, names) = match module {
-        Some(m) => instruction_positions(m).map_err(&err)?,
+    let (positions, names) = match &hlo.hlo_module {
+        Some(m) => instruction_positions(m),
         None => (HashMap::new(), HashMap::new()),
     };
-    let mut values: Vec<XlaValue> = Vec::new();
-    let mut raw_allocs: Vec<(XlaAllocation, RawAssigned)> = Vec::new();
-    let mut raw_traces: Vec<Vec<(HeapEventKind, u64, u64)>> = Vec::new();
-    for f in protowire::fields(ba) {
-        let (n, v) = f.map_err(&err)?;
-        let Value::Bytes(b) = v else { continue };
-        match n {
-            1 => values.push(parse_logical_buffer(b, &positions, &names).map_err(&err)?),
-            3 => raw_allocs.push(parse_allocation(b).map_err(&err)?),
-            4 => {
-                let mut events = Vec::new();
-                for f in protowire::fields(b) {
-                    let (n, v) = f.map_err(&err)?;
-                    if let (1, Value::Bytes(e)) = (n, v) {
-                        let (mut kind, mut id, mut share) = (0u64, 0u64, 0u64);
-                        for f in protowire::fields(e) {
-                            let (n, v) = f.map_err(&err)?;
-                            match n {
-                                1 => kind = v.as_u64().unwrap_or(0),
-                                2 => id = v.as_u64().unwrap_or(0),
-                                5 => share = v.as_u64().unwrap_or(0),
-                                _ => {}
-                            }
-                        }
-                        let kind = match kind {
-                            0 => HeapEventKind::Alloc,
-                            1 => HeapEventKind::Free,
-                            2 => HeapEventKind::ShareWith,
-                            k => return Err(Error::format(path, format!("heap-simulator event of unknown kind {k}"))),
-                        };
-                        events.push((kind, id, share));
-                    }
-                }
-                raw_traces.push(events);
-            }
-            _ => {}
-        }
-    }
+    let values: Vec<XlaValue> = ba.logical_buffers.iter().map(|b| logical_buffer(b, &positions, &names)).collect();
     let index: HashMap<u64, u32> = values.iter().enumerate().map(|(i, v)| (v.id, i as u32)).collect();
-    let lookup = |id: u64, what: &str| -> Result<u32> {
+    let lookup = |id: i64, what: &str| -> Result<u32> {
         index
-            .get(&id)
+            .get(&(id as u64))
             .copied()
             .ok_or_else(|| Error::format(path, format!("{what} names logical buffer {id}, which the buffer assignment does not list")))
     };
-    let mut allocations = Vec::with_capacity(raw_allocs.len());
-    for (mut a, assigned) in raw_allocs {
-        for (id, off, size) in assigned {
-            a.assigned.push((lookup(id, "an allocation")?, off, size));
+    let mut allocations = Vec::with_capacity(ba.buffer_allocations.len());
+    for a in &ba.buffer_allocations {
+        let mut x = XlaAllocation {
+            index: a.index,
+            size: a.size,
+            is_thread_local: a.is_thread_local,
+            is_entry_computation_parameter: a.is_entry_computation_parameter,
+            parameter_number: a.parameter_number,
+            maybe_live_out: a.maybe_live_out,
+            color: a.color,
+            is_tuple: a.is_tuple,
+            is_constant: a.is_constant,
+            ..Default::default()
+        };
+        for s in &a.assigned {
+            x.assigned.push((lookup(s.logical_buffer_id, "an allocation")?, s.offset, s.size));
         }
-        allocations.push(a);
+        allocations.push(x);
     }
-    let mut heap_traces = Vec::with_capacity(raw_traces.len());
-    for t in raw_traces {
-        let mut events = Vec::with_capacity(t.len());
-        for (kind, id, share) in t {
-            let value = lookup(id, "a heap-simulator event")?;
-            let share_with = if kind == HeapEventKind::ShareWith { lookup(share, "a SHARE_WITH event")? } else { u32::MAX };
+    let mut heap_traces = Vec::with_capacity(ba.heap_simulator_traces.len());
+    for t in &ba.heap_simulator_traces {
+        let mut events = Vec::with_capacity(t.events.len());
+        for e in &t.events {
+            // HeapSimulatorTrace::Event::Kind.
+            let kind = match e.kind {
+                0 => HeapEventKind::Alloc,
+                1 => HeapEventKind::Free,
+                2 => HeapEventKind::ShareWith,
+                k => return Err(Error::format(path, format!("heap-simulator event of unknown kind {k}"))),
+            };
+            let value = lookup(e.buffer_id, "a heap-simulator event")?;
+            let share_with =
+                if kind == HeapEventKind::ShareWith { lookup(e.share_with_canonical_id, "a SHARE_WITH event")? } else { u32::MAX };
             events.push(HeapEvent { kind, value, share_with });
         }
         heap_traces.push(events);
@@ -308,74 +281,27 @@ pub fn parse_hlo_proto(path: &Path, data: &[u8]) -> Result<XlaProgram> {
     })
 }
 
-fn parse_logical_buffer(b: &[u8], positions: &HashMap<i64, i64>, names: &HashMap<i64, String>) -> Result<XlaValue, String> {
-    let (mut id, mut size, mut color) = (0u64, 0i64, 0i64);
-    let (mut instr_name, mut instr_id, mut index) = (String::new(), None, Vec::new());
-    for f in protowire::fields(b) {
-        let (n, v) = f?;
-        match n {
-            1 => id = v.as_u64().unwrap_or(0),
-            2 => size = v.as_i64().unwrap_or(0),
-            4 => color = v.as_i64().unwrap_or(0),
-            3 => {
-                let Some(loc) = v.as_bytes() else { continue };
-                for f in protowire::fields(loc) {
-                    let (n, v) = f?;
-                    match n {
-                        2 => instr_name = v.as_str().unwrap_or_default().to_string(),
-                        4 => instr_id = v.as_i64(),
-                        3 => protowire::push_repeated_i64(v, &mut index)?,
-                        _ => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
+fn logical_buffer(b: &proto::LogicalBufferProto, positions: &HashMap<i64, i64>, names: &HashMap<i64, String>) -> XlaValue {
+    let id = b.id as u64;
+    let loc = b.defined_at.clone().unwrap_or_default();
+    let mut instr_name = loc.instruction_name;
     if instr_name.is_empty() {
         // The deprecated instruction_name is no longer written: take it from the module.
-        if let Some(n) = instr_id.and_then(|i| names.get(&i)) {
+        if let Some(n) = loc.instruction_id.and_then(|i| names.get(&i)) {
             instr_name = n.clone();
         }
     }
-    let idx: Vec<String> = index.iter().map(|i| i.to_string()).collect();
-    let position = instr_id.and_then(|i| positions.get(&i).copied()).unwrap_or(i64::MAX / 2 + id as i64);
-    Ok(XlaValue { id, name: format!("{instr_name}{{{}}}", idx.join(",")), size, color, position, live: None, is_tuple_shape: false })
-}
-
-fn parse_allocation(b: &[u8]) -> Result<(XlaAllocation, RawAssigned), String> {
-    let mut a = XlaAllocation::default();
-    let mut assigned = Vec::new();
-    for f in protowire::fields(b) {
-        let (n, v) = f?;
-        match n {
-            1 => a.index = v.as_i64().unwrap_or(0),
-            2 => a.size = v.as_i64().unwrap_or(0),
-            3 => a.is_thread_local = v.as_bool(),
-            5 => a.is_entry_computation_parameter = v.as_bool(),
-            6 => a.parameter_number = v.as_i64().unwrap_or(0),
-            7 => a.maybe_live_out = v.as_bool(),
-            8 => a.color = v.as_i64().unwrap_or(0),
-            11 => a.is_tuple = v.as_bool(),
-            12 => a.is_constant = v.as_bool(),
-            9 => {
-                let Some(x) = v.as_bytes() else { continue };
-                let (mut id, mut off, mut size) = (0u64, 0i64, 0i64);
-                for f in protowire::fields(x) {
-                    let (n, v) = f?;
-                    match n {
-                        1 => id = v.as_u64().unwrap_or(0),
-                        2 => off = v.as_i64().unwrap_or(0),
-                        3 => size = v.as_i64().unwrap_or(0),
-                        _ => {}
-                    }
-                }
-                assigned.push((id, off, size));
-            }
-            _ => {}
-        }
+    let idx: Vec<String> = loc.shape_index.iter().map(|i| i.to_string()).collect();
+    let position = loc.instruction_id.and_then(|i| positions.get(&i).copied()).unwrap_or(i64::MAX / 2 + id as i64);
+    XlaValue {
+        id,
+        name: format!("{instr_name}{{{}}}", idx.join(",")),
+        size: b.size,
+        color: b.color,
+        position,
+        live: None,
+        is_tuple_shape: false,
     }
-    Ok((a, assigned))
 }
 
 /// Positions of instructions (by unique id) in the order of
@@ -384,63 +310,37 @@ fn parse_allocation(b: &[u8]) -> Result<(XlaAllocation, RawAssigned), String> {
 /// reverse of `CallGraph::VisitNodes`' post order, each one's instructions in post order
 /// (`HloComputation::ToProto` writes them in `MakeInstructionPostOrder`).
 /// Also returns each instruction's name.
-#[allow(clippy::type_complexity)]
-fn instruction_positions(module: &[u8]) -> Result<(HashMap<i64, i64>, HashMap<i64, String>), String> {
-    struct Comp {
+fn instruction_positions(module: &proto::HloModuleProto) -> (HashMap<i64, i64>, HashMap<i64, String>) {
+    struct Comp<'a> {
         id: i64,
-        name: String,
-        instrs: Vec<(i64, String, Vec<i64>)>,
+        name: &'a str,
+        instrs: Vec<(i64, &'a str, &'a [i64])>,
     }
-    let mut comps: Vec<Comp> = Vec::new();
     let mut names: HashMap<i64, String> = HashMap::new();
-    let (mut entry_name, mut entry_id) = (String::new(), None);
-    for f in protowire::fields(module) {
-        let (n, v) = f?;
-        match n {
-            2 => entry_name = v.as_str().unwrap_or_default().to_string(),
-            6 => entry_id = v.as_i64(),
-            3 => {
-                let Some(b) = v.as_bytes() else { continue };
-                let mut c = Comp { id: -1, name: String::new(), instrs: Vec::new() };
-                for f in protowire::fields(b) {
-                    let (n, v) = f?;
-                    match n {
-                        1 => c.name = v.as_str().unwrap_or_default().to_string(),
-                        5 => c.id = v.as_i64().unwrap_or(-1),
-                        2 => {
-                            let Some(ib) = v.as_bytes() else { continue };
-                            let (mut id, mut op, mut called) = (-1i64, String::new(), Vec::new());
-                            for f in protowire::fields(ib) {
-                                let (n, v) = f?;
-                                match n {
-                                    1 => {
-                                        names.insert(-1, v.as_str().unwrap_or_default().to_string());
-                                    }
-                                    35 => id = v.as_i64().unwrap_or(-1),
-                                    2 => op = v.as_str().unwrap_or_default().to_string(),
-                                    38 => protowire::push_repeated_i64(v, &mut called)?,
-                                    _ => {}
-                                }
-                            }
-                            if let Some(n) = names.remove(&-1) {
-                                names.insert(id, n);
-                            }
-                            c.instrs.push((id, op, called));
-                        }
-                        _ => {}
-                    }
-                }
-                comps.push(c);
-            }
-            _ => {}
-        }
-    }
+    let comps: Vec<Comp> = module
+        .computations
+        .iter()
+        .map(|c| Comp {
+            id: c.id.unwrap_or(-1),
+            name: &c.name,
+            instrs: c
+                .instructions
+                .iter()
+                .map(|i| {
+                    let id = i.id.unwrap_or(-1);
+                    names.insert(id, i.name.clone());
+                    (id, i.opcode.as_str(), i.called_computation_ids.as_slice())
+                })
+                .collect(),
+        })
+        .collect();
+    let (entry_name, entry_id) = (module.entry_computation_name.as_str(), module.entry_computation_id);
     let by_id: HashMap<i64, usize> = comps.iter().enumerate().map(|(i, c)| (c.id, i)).collect();
     let entry = entry_id
         .and_then(|id| by_id.get(&id).copied())
         .or_else(|| comps.iter().position(|c| c.name == entry_name))
         .or(comps.len().checked_sub(1));
-    let Some(entry) = entry else { return Ok((HashMap::new(), names)) };
+    let Some(entry) = entry else { return (HashMap::new(), names) };
     // GatherComputationsByAllocationType: global computations.
     const GLOBAL_CALLERS: [&str; 6] = ["call", "while", "conditional", "async-start", "async-update", "async-done"];
     let mut global = vec![false; comps.len()];
@@ -448,8 +348,8 @@ fn instruction_positions(module: &[u8]) -> Result<(HashMap<i64, i64>, HashMap<i6
     let mut work = vec![entry];
     while let Some(c) = work.pop() {
         for (_, op, called) in &comps[c].instrs {
-            if GLOBAL_CALLERS.contains(&op.as_str()) {
-                for cc in called {
+            if GLOBAL_CALLERS.contains(op) {
+                for cc in called.iter() {
                     if let Some(&k) = by_id.get(cc) {
                         if !global[k] {
                             global[k] = true;
@@ -464,7 +364,7 @@ fn instruction_positions(module: &[u8]) -> Result<(HashMap<i64, i64>, HashMap<i6
     let mut has_caller = vec![false; comps.len()];
     for c in &comps {
         for (_, _, called) in &c.instrs {
-            for cc in called {
+            for cc in called.iter() {
                 if let Some(&k) = by_id.get(cc) {
                     has_caller[k] = true;
                 }
@@ -519,7 +419,7 @@ fn instruction_positions(module: &[u8]) -> Result<(HashMap<i64, i64>, HashMap<i6
             p += 1;
         }
     }
-    Ok((positions, names))
+    (positions, names)
 }
 
 /// Parses `-buffer-assignment.txt` (`BufferAssignment::ToString`). Tolerates `, page N`,
