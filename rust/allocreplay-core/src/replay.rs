@@ -8,7 +8,7 @@ use arrow_array::builder::{Float64Builder, Int32Builder, Int64Builder, StringBui
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 
-use crate::engine::{replay_device, DeviceReplay, ReplayOptions};
+use crate::engine::{replay_device, DeviceReplay, FirstOom, ReplayOptions};
 use crate::error::{Error, Result};
 use crate::policy::{self, Policy, PolicyContext};
 use crate::trace::Trace;
@@ -132,15 +132,26 @@ fn offline_alignment(spec: &str) -> Result<Option<u64>> {
 /// A summary-only run of an offline bound: `peak_reserved` is the bound itself (`ideal`: max
 /// live bytes; `offline`: XLA's best-fit heap), `peak_allocated` the live-bytes peak.
 fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity: Option<u64>) -> Result<Run> {
-    let r = crate::offline::plan_trace(trace, device, alignment)?;
     let (name, _) = policy::spec::split_spec(spec);
-    let peak = if name == "ideal" { r.ideal_peak_bytes } else { r.offline_peak_bytes };
+    let start = std::time::Instant::now();
+    // `ideal` needs only the live bytes (one pass); `offline` runs XLA's best-fit planner too.
+    let ideal = crate::offline::ideal_peak(trace, device, alignment, capacity)?;
+    let peak = if name == "ideal" { ideal.peak_bytes } else { crate::offline::plan_trace(trace, device, alignment)?.offline_peak_bytes };
     let c = trace.columns();
     let events = (0..trace.num_events()).filter(|&i| c.device[i] == device && c.action[i] <= 2).count();
+    // A bound over the capacity is an OOM at the first event where the live bytes exceed it
+    // (for `offline` the plan may exceed the capacity later than the live bytes do; the live
+    // bytes' first excess is where any allocator would fail at the latest).
+    let over = capacity.is_some_and(|cap| peak > cap);
+    let first_oom = if over {
+        ideal.first_over_capacity.map(|(event, requested)| FirstOom { event, requested, alloc_size: requested, allocated: 0, reserved: 0 })
+    } else {
+        None
+    };
     let stats = crate::engine::stats::Stats {
-        peak_allocated: r.ideal_peak_bytes,
+        peak_allocated: ideal.peak_bytes,
         peak_reserved: peak,
-        num_ooms: u64::from(capacity.is_some_and(|cap| peak > cap)),
+        num_ooms: u64::from(over),
         ..Default::default()
     };
     Ok(Run {
@@ -151,8 +162,8 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
             device,
             stats,
             events,
-            first_oom: None,
-            replay_seconds: r.plan_seconds,
+            first_oom,
+            replay_seconds: start.elapsed().as_secs_f64(),
             timeline: Vec::new(),
             segments: Vec::new(),
             placements: Vec::new(),

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use allocreplay_core::import::{load, ImportOptions};
-use allocreplay_core::offline::plan_trace;
+use allocreplay_core::offline::{ideal_peak, plan_trace};
 
 fn traces_dir() -> PathBuf {
     let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch"));
@@ -51,6 +51,8 @@ fn ideal_le_offline_le_recorded_reserved_on_every_pytorch_trace() {
                 r.plan_seconds
             );
             assert_eq!(r.alignment, 512);
+            // The one-pass `ideal` of `replay --policy ideal` is the planner's live-bytes peak.
+            assert_eq!(ideal_peak(&t, dev, 0, None).unwrap().peak_bytes, r.ideal_peak_bytes, "{stem} dev {dev}");
             assert!(r.ideal_peak_bytes <= r.offline_peak_bytes, "{stem}: {r:?}");
             assert!(r.offline_peak_bytes <= reserved, "{stem}: offline {} > recorded reserved {reserved}", r.offline_peak_bytes);
             assert!(

@@ -102,6 +102,64 @@ pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineR
     })
 }
 
+/// The `ideal` bound alone: the maximum of the live bytes of `device` (sizes rounded up to
+/// `alignment`, 0: [`default_alignment`]), `NoFragmentationStatsHeap` without the best-fit
+/// plan — one pass over the columns, no per-event allocation. Equal to
+/// [`plan_trace`]'s `ideal_peak_bytes`. Also returns the first event at which the live bytes
+/// exceed `capacity`, if any.
+pub fn ideal_peak(trace: &Trace, device: i32, alignment: u64, capacity: Option<u64>) -> Result<IdealPeak> {
+    let alignment = if alignment == 0 { default_alignment(&trace.metadata.source) } else { alignment };
+    if !alignment.is_power_of_two() {
+        return Err(Error::InvalidArgument(format!("alignment must be a power of two, got {alignment}")));
+    }
+    let c = trace.columns();
+    let n = trace.num_events();
+    // Live size of each allocation id (ids are dense per trace: `read_arrow` and the importers
+    // guarantee it); u64::MAX = not live.
+    let mut live_size: Vec<u64> = vec![u64::MAX; n];
+    let (mut live, mut peak) = (0u64, 0u64);
+    let mut first_over = None;
+    let mask = alignment - 1;
+    for i in 0..n {
+        if c.device[i] != device || !c.alloc_id_valid(i) {
+            continue;
+        }
+        let id = c.alloc_id[i] as usize;
+        if id >= n {
+            return Err(Error::Replay(format!("event {i}: allocation id {id} is not dense (the trace has {n} events)")));
+        }
+        let action = c.action[i];
+        if action == Action::Alloc as u8 {
+            if live_size[id] != u64::MAX {
+                return Err(Error::Replay(format!("event {i}: allocation id {id} allocated twice")));
+            }
+            let size = c.size[i].checked_add(mask).map_or(u64::MAX & !mask, |s| s & !mask);
+            live_size[id] = size;
+            live = live.saturating_add(size);
+            if live > peak {
+                peak = live;
+                if first_over.is_none() && capacity.is_some_and(|cap| live > cap) {
+                    first_over = Some((i, c.size[i]));
+                }
+            }
+        } else if action == Action::FreeCompleted as u8 && live_size[id] != u64::MAX {
+            live -= live_size[id];
+            live_size[id] = u64::MAX;
+        }
+    }
+    Ok(IdealPeak { alignment, peak_bytes: peak, first_over_capacity: first_over })
+}
+
+/// What [`ideal_peak`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdealPeak {
+    pub alignment: u64,
+    pub peak_bytes: u64,
+    /// The first allocation event (index, requested bytes) at which the live bytes exceeded
+    /// the capacity.
+    pub first_over_capacity: Option<(usize, u64)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +203,18 @@ mod tests {
         let r = plan_trace(&t, 0, 256).unwrap();
         assert_eq!(r.ideal_peak_bytes, 1024);
         assert!(r.offline_peak_bytes >= r.ideal_peak_bytes);
+    }
+
+    #[test]
+    fn ideal_peak_alone_equals_the_planners_ideal_and_finds_the_first_event_over_capacity() {
+        // The hand-made trace of the first test: live 1024, 2048, 1024, 2560.
+        let t = trace(&[(Action::Alloc, 0, 1000), (Action::Alloc, 1, 600), (Action::FreeCompleted, 1, 600), (Action::Alloc, 2, 1500)]);
+        let r = ideal_peak(&t, 0, 0, Some(2048)).unwrap();
+        assert_eq!((r.alignment, r.peak_bytes), (512, 2560));
+        // 2048 is reached at event 1 but not exceeded; event 3 (1500 B requested) exceeds it.
+        assert_eq!(r.first_over_capacity, Some((3, 1500)));
+        assert_eq!(ideal_peak(&t, 0, 0, Some(4096)).unwrap().first_over_capacity, None);
+        assert_eq!(ideal_peak(&t, 0, 0, None).unwrap().peak_bytes, plan_trace(&t, 0, 0).unwrap().ideal_peak_bytes);
     }
 
     #[test]
