@@ -133,7 +133,7 @@ pub fn ideal_peak(trace: &Trace, device: i32, alignment: u64, capacity: Option<u
             if live_size[id] != u64::MAX {
                 return Err(Error::Replay(format!("event {i}: allocation id {id} allocated twice")));
             }
-            let size = c.size[i].checked_add(mask).map_or(u64::MAX & !mask, |s| s & !mask);
+            let size = c.size[i].checked_add(mask).map_or(!mask, |s| s & !mask);
             live_size[id] = size;
             live = live.saturating_add(size);
             if live > peak {
