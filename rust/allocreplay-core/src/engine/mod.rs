@@ -94,7 +94,12 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
     // The id under which a recorded OOM's request is replayed (no real allocation has it).
     let oom_id = max_id as u64 + 1;
     let mut first_oom = None;
-    let mut timeline = Vec::new();
+    // The timeline is downsampled as it is built (memory O(points), not O(events)): the number
+    // of points is known from one pass over two columns.
+    let mut timeline = opts.timeline.map(|max_points| {
+        let requests = (0..n).filter(|&i| c.device[i] == device && is_timeline_request(c.action[i], c.seed.value(i))).count();
+        Downsampler::new(requests, max_points)
+    });
     let mut placements = Vec::new();
     let mut events = 0usize;
     // Validate: the recorded device allocations made for a request precede it in the trace.
@@ -202,9 +207,9 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
             }
             _ => continue,
         }
-        if opts.timeline.is_some() {
+        if let Some(t) = timeline.as_mut() {
             let s = policy.stats();
-            timeline.push(TimelinePoint {
+            t.push(TimelinePoint {
                 event: i,
                 time_ns: c.time_ns.is_valid(i).then(|| c.time_ns.value(i)),
                 allocated: s.allocated,
@@ -212,9 +217,7 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
             });
         }
     }
-    if let Some(max_points) = opts.timeline {
-        timeline = downsample(timeline, max_points);
-    }
+    let timeline = timeline.map(Downsampler::finish).unwrap_or_default();
     DeviceReplay {
         policy: policy.name(),
         device,
@@ -230,6 +233,47 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
 }
 
 /// At most `max_points` points (0: all), each the maximum of its bucket of events.
+/// The events that add a timeline point: the requests replayed (allocs, frees, a recorded OOM
+/// outside the seed).
+fn is_timeline_request(action: u8, seed: bool) -> bool {
+    matches!(Action::from_code(action), Some(Action::Alloc | Action::FreeRequested | Action::FreeCompleted))
+        || (action == Action::Oom as u8 && !seed)
+}
+
+/// [`downsample`] as the points arrive: buckets of `total.div_ceil(max_points)` points, each
+/// kept as its maximum stamped with its last event.
+struct Downsampler {
+    per: usize,
+    in_bucket: usize,
+    bucket: Option<TimelinePoint>,
+    out: Vec<TimelinePoint>,
+}
+
+impl Downsampler {
+    fn new(total: usize, max_points: usize) -> Self {
+        let per = if max_points == 0 || total <= max_points { 1 } else { total.div_ceil(max_points) };
+        Downsampler { per, in_bucket: 0, bucket: None, out: Vec::with_capacity(total.div_ceil(per)) }
+    }
+
+    #[inline]
+    fn push(&mut self, p: TimelinePoint) {
+        self.bucket = Some(match self.bucket {
+            None => p,
+            Some(b) => TimelinePoint { allocated: b.allocated.max(p.allocated), reserved: b.reserved.max(p.reserved), ..p },
+        });
+        self.in_bucket += 1;
+        if self.in_bucket == self.per {
+            self.out.extend(self.bucket.take());
+            self.in_bucket = 0;
+        }
+    }
+
+    fn finish(mut self) -> Vec<TimelinePoint> {
+        self.out.extend(self.bucket.take());
+        self.out
+    }
+}
+
 pub fn downsample(points: Vec<TimelinePoint>, max_points: usize) -> Vec<TimelinePoint> {
     if max_points == 0 || points.len() <= max_points {
         return points;
@@ -246,4 +290,30 @@ pub fn downsample(points: Vec<TimelinePoint>, max_points: usize) -> Vec<Timeline
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Downsampling as the points arrive gives what downsampling the whole timeline gives.
+    #[test]
+    fn streaming_downsampler_equals_downsample() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for total in [0usize, 1, 5, 7, 1000, 1999, 2000, 2001, 4099] {
+            let points: Vec<TimelinePoint> = (0..total)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    TimelinePoint { event: 3 * i, time_ns: (i % 3 != 0).then_some(i as i64), allocated: x % 1000, reserved: 1000 + x % 777 }
+                })
+                .collect();
+            for max_points in [0usize, 1, 3, 2000] {
+                let mut d = Downsampler::new(total, max_points);
+                points.iter().for_each(|&p| d.push(p));
+                assert_eq!(d.finish(), downsample(points.clone(), max_points), "total {total} max {max_points}");
+            }
+        }
+    }
 }
