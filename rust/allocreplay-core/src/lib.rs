@@ -1,8 +1,10 @@
 //! allocreplay-core: trace model and Arrow schema, importers, allocator policies and the
 //! replay engine. Pure Rust; the Python bindings live in `allocreplay-py`.
 
+pub mod analysis;
 pub mod engine;
 pub mod error;
+pub mod export;
 pub(crate) mod hash;
 pub mod import;
 pub mod offline;
