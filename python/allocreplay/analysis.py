@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "State",
     "call_sites",
+    "compare",
     "diff",
     "diff_timeline",
     "fragmentation",
@@ -300,3 +301,45 @@ def diff_timeline(result: ReplayResult, policy_a: str, policy_b: str) -> pl.Data
         reserved_delta_bytes=pl.col("reserved_bytes_b").cast(pl.Int64) - pl.col("reserved_bytes_a").cast(pl.Int64),
         allocated_delta_bytes=pl.col("allocated_bytes_b").cast(pl.Int64) - pl.col("allocated_bytes_a").cast(pl.Int64),
     ).sort("device", "event")
+
+
+def compare(trace: Trace, result: ReplayResult) -> pl.DataFrame:
+    """A replay's policies ranked per device: those that fit first, then by peak reserved
+    bytes, then by device calls (``allocreplay compare``).
+
+    Columns: ``rank`` (1 = best, per device), ``policy``, ``device``, ``peak_reserved_bytes``,
+    ``peak_allocated_bytes``, ``efficiency`` (peak allocated / peak reserved: the share of the
+    reserved peak that held data; null for a zero peak), ``device_calls`` (device allocations
+    + frees: cudaMalloc/cudaFree, maps/unmaps), ``num_alloc_retries``, ``num_ooms``, ``oom``
+    (true: the policy failed a request), ``first_oom_event``, ``first_oom_requested_bytes``,
+    ``first_oom_call_site``, ``capacity_bytes``."""
+    s = result.summary
+    ev = trace.events.with_row_index("first_oom_event").select(pl.col("first_oom_event").cast(pl.UInt64), "stack_id")
+    sites = call_sites(trace).select("stack_id", first_oom_call_site="call_site")
+    out = (
+        s.join(ev, on="first_oom_event", how="left")
+        .join(sites, on="stack_id", how="left")
+        .with_columns(
+            efficiency=pl.when(pl.col("peak_reserved_bytes") > 0).then(pl.col("peak_allocated_bytes") / pl.col("peak_reserved_bytes")).otherwise(None),
+            device_calls=pl.col("num_device_alloc") + pl.col("num_device_free"),
+            oom=pl.col("num_ooms") > 0,
+        )
+        .sort(["device", "oom", "peak_reserved_bytes", "device_calls", "policy"])
+        .with_columns(rank=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32).over("device"))
+    )
+    return out.select(
+        "rank",
+        "policy",
+        "device",
+        "peak_reserved_bytes",
+        "peak_allocated_bytes",
+        "efficiency",
+        "device_calls",
+        "num_alloc_retries",
+        "num_ooms",
+        "oom",
+        "first_oom_event",
+        "first_oom_requested_bytes",
+        "first_oom_call_site",
+        "capacity_bytes",
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -116,7 +117,32 @@ def snapshot(trace: Trace, policy: str = "pytorch", *, capacity: str | float | N
                 "blocks": out_blocks,
             }
         )
-    return {"segments": seg_list, "device_traces": device_traces, "allocreplay_policy": policy}
+    out: dict[str, Any] = {"segments": seg_list, "device_traces": device_traces, "allocreplay_policy": policy}
+    settings = _allocator_settings(trace, policy)
+    if settings is not None:
+        out["allocator_settings"] = settings
+    return out
+
+
+def _allocator_settings(trace: Trace, policy: str) -> dict[str, Any] | None:
+    """``allocator_settings`` as PyTorch's snapshot records them (the fields
+    ``pytorch:recorded`` reads back), for ``pytorch`` policies: the trace's own for
+    ``pytorch:recorded``, else what the spec sets (others at PyTorch's defaults)."""
+    name, _, opts = policy.partition(":")
+    if name != "pytorch":
+        return None
+    if opts.strip().startswith("recorded"):
+        recorded = trace.metadata.get("allocator_settings")
+        return dict(recorded) if isinstance(recorded, dict) else None
+    low = opts.replace(" ", "")
+    split = re.search(r"max_split_size_mb:(\d+)", low)
+    gc = re.search(r"garbage_collection_threshold:([0-9.]+)", low)
+    return {
+        "PYTORCH_CUDA_ALLOC_CONF": opts,
+        "expandable_segments": "expandable_segments:true" in low.lower(),
+        "max_split_size": int(split.group(1)) * 2**20 if split else -1,
+        "garbage_collection_threshold": float(gc.group(1)) if gc else 0.0,
+    }
 
 
 def write_snapshot(trace: Trace, policy: str, path: str | os.PathLike[str], *, capacity: str | float | None = None) -> dict[str, Any]:
