@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from allocreplay import _core, analysis
+from allocreplay.plot import capacity_in_range
 
 if TYPE_CHECKING:
     from allocreplay._api import ReplayResult, Trace
@@ -40,12 +41,6 @@ def _plotly() -> Any:
 
 def _gib(n: float | None) -> str:
     return "-" if n is None else _core.format_bytes(int(n))
-
-
-def capacity_in_range(capacity: int | None, data_max: float) -> bool:
-    """Whether a capacity line belongs on a chart of data up to ``data_max`` bytes: only when
-    it is no more than 1.5 times the data's maximum (else it would flatten the curves)."""
-    return capacity is not None and capacity > 0 and capacity <= 1.5 * max(data_max, 1.0)
 
 
 def _timeline_figure(go: Any, result: ReplayResult, title: str) -> Any:
