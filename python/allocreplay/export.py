@@ -100,14 +100,18 @@ def snapshot(trace: Trace, policy: str = "pytorch", *, capacity: str | float | N
                     "frames": stacks.get(sid, empty) if sid is not None else empty,
                 }
             )
+        # DeviceCachingAllocator::snapshot: allocated_size counts blocks still allocated; a
+        # block freed by the program but in use by another stream is active, not allocated.
         requested = sum(b["requested_size"] for b in out_blocks if b["state"] != "inactive")
+        allocated = sum(b["size"] for b in out_blocks if b["state"] == "active_allocated")
+        active = sum(b["size"] for b in out_blocks if b["state"] != "inactive")
         seg_list.append(
             {
                 "device": s["device"],
                 "address": s["addr"],
                 "total_size": s["size"],
-                "allocated_size": s["allocated_bytes"],
-                "active_size": s["allocated_bytes"],
+                "allocated_size": allocated,
+                "active_size": active,
                 "requested_size": requested,
                 "stream": s["stream"],
                 "segment_type": s["kind"] if s["kind"] in ("small", "large") else "large",
