@@ -175,8 +175,10 @@ def _segment_map_figure(go: Any, st: analysis.State, policy: str) -> Any | None:
 
 def _call_sites_figure(go: Any, trace: Trace, policies: list[str], capacity: str | float | None, n: int) -> Any:
     fig = go.Figure()
+    sites: set[str] = set()
     for k, p in enumerate(policies):
         top = analysis.top_call_sites(trace, p, capacity=capacity, n=n).with_columns(pl.col("call_site").fill_null("(no stack recorded)"))
+        sites.update(top["call_site"].to_list())
         fig.add_trace(
             go.Bar(
                 y=top["call_site"].to_list(),
@@ -192,7 +194,7 @@ def _call_sites_figure(go: Any, trace: Trace, policies: list[str], capacity: str
         barmode="group",
         xaxis_title="GiB",
         yaxis={"autorange": "reversed", "automargin": True},
-        height=max(320, 60 * n + 120),
+        height=max(280, (18 + 14 * len(policies)) * len(sites) + 160),
         legend={"orientation": "h", "y": -0.15},
         margin={"t": 60, "r": 20},
     )
