@@ -66,5 +66,10 @@ def test_the_python_example_runs(monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out
-    # The synthetic trace: 3 MiB + 5 MiB live at once under both policies.
-    assert "pytorch" in out and "cuda-malloc" in out
+    # The synthetic trace: 3 MiB + 5 MiB live at once. PyTorch takes one 20 MiB segment
+    # (kLargeBuffer, for requests under kMinLargeAlloc = 10 MiB) and splits it for both;
+    # cudaMalloc rounds each to its 2 MiB granularity: 4 + 6 MiB.
+    rows = [line.split() for line in out.splitlines() if "pytorch" in line or "cuda-malloc" in line]
+    assert [r[1] for r in rows] == ["pytorch", "cuda-malloc"]
+    assert (rows[0][3], rows[0][5]) == ("8388608", "20971520")
+    assert (rows[1][3], rows[1][5]) == ("10485760", "10485760")
