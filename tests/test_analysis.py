@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import TRACES, run_subprocess, shared
 
 import allocreplay
 from allocreplay import analysis
+from conftest import TRACES, run_subprocess, shared
 
 GPT2_DEFAULT_PEAK = 22_733_127_680
 GPT2_EXPANDABLE_PEAK = 16_483_614_720

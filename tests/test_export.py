@@ -8,10 +8,10 @@ import pickle
 
 import polars as pl
 import pytest
-from conftest import TRACES, run_subprocess
 
 import allocreplay
 from allocreplay import export
+from conftest import TRACES, run_subprocess
 
 REQUESTS = ["alloc", "free_requested", "free_completed"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import TRACES
 
 import allocreplay
+from conftest import TRACES
 
 MIB = 2**20
 
@@ -61,7 +61,11 @@ def test_action_codes_and_explicit_ids():
     [
         (pl.DataFrame({"action": ["alloc", "malloc"], "size": [1, 2], "alloc_id": [0, 1]}), allocreplay.InvalidArgumentError, "unknown action 'malloc'"),
         (pl.DataFrame({"action": ["alloc"], "alloc_id": [0]}), allocreplay.InvalidArgumentError, "missing column 'size'"),
-        (pl.DataFrame({"action": ["alloc"], "size": [1], "alloc_id": [0], "color": ["red"]}), allocreplay.InvalidArgumentError, "'color' is not a trace column"),
+        (
+            pl.DataFrame({"action": ["alloc"], "size": [1], "alloc_id": [0], "color": ["red"]}),
+            allocreplay.InvalidArgumentError,
+            "'color' is not a trace column",
+        ),
         (pl.DataFrame({"action": ["alloc"], "size": [-1], "alloc_id": [0]}), allocreplay.InvalidArgumentError, "cannot be converted"),
         (pl.DataFrame({"action": ["alloc"], "size": [1]}), allocreplay.InvalidArgumentError, "needs an addr"),
         # Ids must be dense, as in an .arrow file (checked in Rust).

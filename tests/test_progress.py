@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import io
 
-from conftest import TRACES, run_subprocess, shared
-
 import allocreplay
 from allocreplay import _core, progress
+from conftest import TRACES, run_subprocess, shared
 
 
 def test_the_counter_reaches_every_row_of_every_replay():

@@ -10,10 +10,8 @@ import shlex
 import subprocess
 import sys
 
-import pytest
-from conftest import REPO
-
 import allocreplay
+from conftest import REPO
 
 
 def _section() -> str:
@@ -46,7 +44,6 @@ def test_the_compare_example_prints_the_table_shown():
 
 
 def test_the_report_and_export_examples_write_their_files(tmp_path):
-    pytest.importorskip("plotly")
     lines = [line for line in _blocks("sh")[1].splitlines() if line.strip()]
     assert [shlex.split(line)[1] for line in lines] == ["report", "export-snapshot", "export-perfetto"]
     for line in lines:

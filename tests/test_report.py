@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from conftest import TRACES, run_subprocess
 
 PROBE = """<script>
@@ -116,7 +117,6 @@ def test_the_report_renders_every_chart_in_chromium(report):
 
 
 def test_capacity_far_above_the_data_is_a_label_not_a_line():
-    pytest.importorskip("plotly")
     import allocreplay
     from allocreplay.plot import capacity_in_range
     from allocreplay.report import _plotly, _timeline_figure

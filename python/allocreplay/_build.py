@@ -51,12 +51,14 @@ def _action_codes(col: pl.Series) -> pl.Series:
         bad = col.filter((col < 0) | (col >= len(ACTIONS)) | col.is_null())
         if len(bad):
             raise _fail(f"action code {bad[0]} is not one of 0..{len(ACTIONS) - 1}")
-        return col.cast(pl.UInt8)
+        codes: pl.Series = col.cast(pl.UInt8)
+        return codes
     names = col.cast(pl.String)
     unknown = names.filter(~names.is_in(ACTIONS) | names.is_null()).unique()
     if len(unknown):
         raise _fail(f"unknown action {unknown[0]!r}; actions: {', '.join(ACTIONS)}")
-    return names.replace_strict(ACTIONS, list(range(len(ACTIONS))), return_dtype=pl.UInt8)
+    mapped: pl.Series = names.replace_strict(ACTIONS, list(range(len(ACTIONS))), return_dtype=pl.UInt8)
+    return mapped
 
 
 def _complete(df: pl.DataFrame) -> pl.DataFrame:

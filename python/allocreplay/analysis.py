@@ -257,9 +257,7 @@ def oom(trace: Trace | str | os.PathLike[str], policy: str = "pytorch", *, capac
     )
 
 
-def diff(
-    trace: Trace | str | os.PathLike[str], policy_a: str, policy_b: str, *, at: str | int = "peak", capacity: str | float | None = None
-) -> pl.DataFrame:
+def diff(trace: Trace | str | os.PathLike[str], policy_a: str, policy_b: str, *, at: str | int = "peak", capacity: str | float | None = None) -> pl.DataFrame:
     """Per call site, the bytes live at each policy's own ``at`` (default: its peak reserved):
     where does ``policy_b`` hold less or more than ``policy_a``?
 
@@ -275,9 +273,11 @@ def diff(
 
     j = side(policy_a, "a").join(side(policy_b, "b"), on=["device", "call_site"], how="full", coalesce=True, nulls_equal=True)
     j = j.with_columns(pl.col(c).fill_null(0) for c in ("bytes_a", "bytes_b", "requested_bytes_a", "requested_bytes_b"))
-    return j.with_columns(delta_bytes=pl.col("bytes_b").cast(pl.Int64) - pl.col("bytes_a").cast(pl.Int64)).sort(
-        [pl.col("delta_bytes").abs(), "call_site"], descending=[True, False], nulls_last=True
-    ).select("device", "call_site", "bytes_a", "bytes_b", "delta_bytes", "requested_bytes_a", "requested_bytes_b")
+    return (
+        j.with_columns(delta_bytes=pl.col("bytes_b").cast(pl.Int64) - pl.col("bytes_a").cast(pl.Int64))
+        .sort([pl.col("delta_bytes").abs(), "call_site"], descending=[True, False], nulls_last=True)
+        .select("device", "call_site", "bytes_a", "bytes_b", "delta_bytes", "requested_bytes_a", "requested_bytes_b")
+    )
 
 
 def diff_timeline(result: ReplayResult, policy_a: str, policy_b: str) -> pl.DataFrame:

@@ -457,7 +457,9 @@ def compare_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_
     for r in ranked.iter_rows(named=True):
         oom = "-"
         if r["first_oom_event"] is not None:
-            oom = f"event {r['first_oom_event']:,}: {_gib(r['first_oom_requested_bytes'])}" + (f" at {r['first_oom_call_site']}" if r["first_oom_call_site"] else "")
+            oom = f"event {r['first_oom_event']:,}: {_gib(r['first_oom_requested_bytes'])}" + (
+                f" at {r['first_oom_call_site']}" if r["first_oom_call_site"] else ""
+            )
         rows.append(
             [
                 str(r["rank"]),
@@ -477,8 +479,8 @@ def compare_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_
     # Names and the OOM's call site read better left-aligned, numbers right-aligned.
     left = {0, 1, 8, 9}
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, ["-" * w for w in widths], *rows]:
-        click.echo("  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    for cells in [header, ["-" * w for w in widths], *rows]:
+        click.echo("  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip())
 
 
 @cli.command("report")
@@ -529,7 +531,13 @@ def export_snapshot_cmd(trace: str, policy: str, capacity: str | None, out: str,
 @_policies_option
 @_capacity_option
 @click.option("-o", "--output", "out", required=True, metavar="MEMORY.json", help="The Chrome trace-event JSON to write.")
-@click.option("--points", type=click.IntRange(min=0), default=20000, show_default=True, help="Points per policy and device (each the maximum of its events; 0: every event).")
+@click.option(
+    "--points",
+    type=click.IntRange(min=0),
+    default=20000,
+    show_default=True,
+    help="Points per policy and device (each the maximum of its events; 0: every event).",
+)
 @_meta_option
 @_quiet_option
 def export_perfetto_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, out: str, points: int, meta: str | None, quiet: bool) -> None:

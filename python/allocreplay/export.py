@@ -58,7 +58,7 @@ def snapshot(trace: Trace, policy: str = "pytorch", *, capacity: str | float | N
     trace's."""
     from allocreplay.analysis import _capacity
 
-    states, live_t, blocks_t, segs_t, hist_t = _core.state_at(trace._inner, policy, "end", _capacity(capacity), True)
+    _states, live_t, blocks_t, segs_t, hist_t = _core.state_at(trace._inner, policy, "end", _capacity(capacity), True)
     live, blocks, segs, hist = pl.DataFrame(live_t), pl.DataFrame(blocks_t), pl.DataFrame(segs_t), pl.DataFrame(hist_t)
     stacks = _stack_frames(trace)
     empty: list[dict[str, Any]] = []
@@ -86,10 +86,9 @@ def snapshot(trace: Trace, policy: str = "pytorch", *, capacity: str | float | N
         out_blocks = []
         for b in own.iter_rows(named=True):
             a = by_id.get(b["alloc_id"]) if b["allocated"] else None
+            state = "inactive"
             if b["allocated"]:
                 state = "active_pending_free" if a and a["free_requested"] else "active_allocated"
-            else:
-                state = "inactive"
             sid = a["stack_id"] if a else None
             out_blocks.append(
                 {

@@ -6,7 +6,7 @@ Needs matplotlib (``pip install 'allocreplay[plot]'``)."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from allocreplay import _core
 
@@ -55,7 +55,8 @@ def timeline_figure(result: ReplayResult, *, title: str | None = None) -> Any:
         rows = summary.filter(summary["device"] == dev)
         t_dev = timeline.filter(timeline["device"] == dev)
         # The y-axis is fitted to the data: the highest curve or offline bound.
-        data_max = max([float(t_dev["reserved_bytes"].max() or 0) if t_dev.height else 0.0, *(float(v or 0) for v in rows["peak_reserved_bytes"].to_list())])
+        tl_max = cast(float, t_dev["reserved_bytes"].max() or 0) if t_dev.height else 0.0
+        data_max = max([float(tl_max), *(float(v or 0) for v in rows["peak_reserved_bytes"].to_list())])
         top = max(data_max * 1.08, 1.0) / gib
         caps = [c for c in rows["capacity_bytes"].to_list() if c]
         cap = min(caps) if caps else None

@@ -34,7 +34,7 @@ def _format_bar(label: str, done: int, total: int, width: int) -> str:
     frac = min(max(done / total, 0.0), 1.0)
     tail = f" {frac:4.0%} {done:,}/{total:,} events"
     room = max(10, min(40, width - len(label) - len(tail) - 4))
-    filled = int(round(frac * room))
+    filled = round(frac * room)
     return f"{label} [{'#' * filled}{'.' * (room - filled)}]{tail}"
 
 
@@ -44,7 +44,9 @@ class Bar:
     ``counter``: a ``_core.Progress`` the work fills (``done`` / ``total``); without one the line
     shows the elapsed seconds. ``enabled=None``: only when the stream is a terminal."""
 
-    def __init__(self, label: str, counter: _core.Progress | None = None, *, enabled: bool | None = None, stream: TextIO | None = None, delay_s: float = DELAY_S) -> None:
+    def __init__(
+        self, label: str, counter: _core.Progress | None = None, *, enabled: bool | None = None, stream: TextIO | None = None, delay_s: float = DELAY_S
+    ) -> None:
         self.label = label
         self.counter = counter
         self.stream = stream if stream is not None else sys.stderr

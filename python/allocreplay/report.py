@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -46,8 +46,8 @@ def _gib(n: float | None) -> str:
 def _timeline_figure(go: Any, result: ReplayResult, title: str) -> Any:
     tl, summary = result.timeline, result.summary
     fig = go.Figure()
-    data_max = float(tl["reserved_bytes"].max() or 0) if tl.height else 0.0
-    data_max = max(data_max, float(summary["peak_reserved_bytes"].max() or 0))
+    data_max = float(cast(float, tl["reserved_bytes"].max() or 0)) if tl.height else 0.0
+    data_max = max(data_max, float(cast(float, summary["peak_reserved_bytes"].max() or 0)))
     caps = [c for c in summary["capacity_bytes"].to_list() if c]
     cap = min(caps) if caps else None
     for k, row in enumerate(summary.iter_rows(named=True)):
@@ -136,8 +136,10 @@ def _segment_map_figure(go: Any, st: analysis.State, policy: str) -> Any | None:
     segs, blocks = st.segments, st.blocks
     if segs.is_empty():
         return None
-    segs = segs.sort("size", descending=True).head(MAX_SEGMENTS).with_columns(
-        label=pl.format("{} {} @{}", pl.col("kind"), pl.col("device"), pl.col("addr").map_elements(hex, return_dtype=pl.String))
+    segs = (
+        segs.sort("size", descending=True)
+        .head(MAX_SEGMENTS)
+        .with_columns(label=pl.format("{} {} @{}", pl.col("kind"), pl.col("device"), pl.col("addr").map_elements(hex, return_dtype=pl.String)))
     )
     b = blocks.join(segs.select(pl.col("addr").alias("segment"), "device", "label"), on=["segment", "device"]).with_columns(
         offset=(pl.col("addr") - pl.col("segment")) / 2**20, mib=pl.col("size") / 2**20
@@ -256,9 +258,18 @@ def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: st
         if ooms.is_empty()
         else _table(
             ooms.select(
-                "policy", "device", "event", "requested_bytes", "reserved_bytes", "capacity_bytes", "largest_free_block_bytes", "free_cached_bytes", "fragmented", "call_site"
+                "policy",
+                "device",
+                "event",
+                "requested_bytes",
+                "reserved_bytes",
+                "capacity_bytes",
+                "largest_free_block_bytes",
+                "free_cached_bytes",
+                "fragmented",
+                "call_site",
             ),
-            {k: size for k in ("requested_bytes", "reserved_bytes", "capacity_bytes", "largest_free_block_bytes", "free_cached_bytes")},
+            dict.fromkeys(("requested_bytes", "reserved_bytes", "capacity_bytes", "largest_free_block_bytes", "free_cached_bytes"), size),
         )
     )
     parts = []
@@ -300,9 +311,7 @@ Policies replayed: {html.escape(", ".join(result.summary["policy"].unique(mainta
 """
 
 
-def write_report(
-    trace: Trace, result: ReplayResult, path: str | os.PathLike[str], *, title: str, capacity: str | float | None = None, top: int = 10
-) -> None:
+def write_report(trace: Trace, result: ReplayResult, path: str | os.PathLike[str], *, title: str, capacity: str | float | None = None, top: int = 10) -> None:
     """Writes :func:`build_report` to ``path``."""
     text = build_report(trace, result, title=title, capacity=capacity, top=top)
     try:
