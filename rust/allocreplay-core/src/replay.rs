@@ -117,7 +117,7 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
     } else {
         std::thread::scope(|s| {
             for _ in 0..threads {
-                s.spawn(&work);
+                s.spawn(work);
             }
         });
     }

@@ -238,7 +238,8 @@ pub fn states_batch(states: &[State]) -> RecordBatch {
     let mut policy = StringBuilder::new();
     let mut device = Int32Builder::new();
     let mut time = Int64Builder::new();
-    let u: Vec<(&str, Box<dyn Fn(&State) -> Option<u64>>)> = vec![
+    type Column<'a> = (&'a str, Box<dyn Fn(&State) -> Option<u64>>);
+    let u: Vec<Column> = vec![
         ("event", Box::new(|s| Some(s.event as u64))),
         ("allocated_bytes", Box::new(|s| Some(s.allocated))),
         ("reserved_bytes", Box::new(|s| Some(s.reserved))),
