@@ -62,3 +62,13 @@ def test_the_bar_is_drawn_on_a_terminal_and_erased_and_silent_otherwise():
 def test_cli_output_has_no_progress_when_not_a_terminal():
     run = run_subprocess("replay", TRACES / "two_streams__default.pickle.xz", "--quiet")
     assert run.code == 0 and run.err == "" and "\r" not in run.out
+
+
+def test_a_load_counts_the_bytes_of_its_file():
+    path = shared("gpt2_train__default.pickle.xz")
+    counter = _core.Progress()
+    t = allocreplay.Trace(_core.load_progress(str(path), counter))
+    # Every compressed byte was fed to the decompressor.
+    assert counter.total == counter.done == path.stat().st_size
+    assert len(t) == 52_626
+    assert "25% 5.00 MiB/20.00 MiB" in progress._format_bar("loading", 5 << 20, 20 << 20, 100, "bytes")

@@ -63,7 +63,8 @@ def xla_runtime_trace(path: str | PathLike[str], program: str | None = None, cal
 
 # rust/allocreplay-py/src/analysis.rs
 class Progress:
-    """Trace rows a replay has walked (``done``) of ``total``; read while the replay runs."""
+    """Work done (``done``) of ``total``: trace rows a replay has walked, or bytes a load has
+    read; read while the work runs."""
 
     def __init__(self) -> None: ...
     @property
@@ -79,5 +80,6 @@ def replay_progress(
     timeline_points: int = 2000,
     placements: bool = True,
 ) -> ReplayResult: ...
+def load_progress(path: str | PathLike[str], progress: Progress, meta: str | PathLike[str] | None = None, allocator: str | None = None) -> Trace: ...
 def state_at(trace: Trace, policy: str, at: str = "peak", capacity: str | None = None, history: bool = False) -> tuple[Table, Table, Table, Table, Table]: ...
 def trace_from_arrow(data: object, origin: str) -> Trace: ...

@@ -15,11 +15,12 @@ from typing import Any
 import click
 
 from allocreplay import _core
-from allocreplay._api import Trace, load
+from allocreplay._api import Trace
 from allocreplay._api import plan as _plan
 from allocreplay._api import validate as _validate
 from allocreplay.errors import AllocReplayError
 from allocreplay.progress import Bar
+from allocreplay.progress import load as _load_progress
 from allocreplay.progress import replay as _replay_progress
 
 EXIT_ERROR = 2
@@ -83,8 +84,7 @@ def _Progress(label: str, quiet: bool = False) -> Bar:
 
 
 def _load(path: str, meta: str | None, allocator: str | None = None, quiet: bool = False) -> Trace:
-    with _Progress(f"loading {os.path.basename(path)}", quiet):
-        return load(path, meta=meta, allocator=allocator)
+    return _load_progress(path, meta, allocator, quiet=quiet)
 
 
 _allocator_option = click.option(

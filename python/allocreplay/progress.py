@@ -4,8 +4,8 @@ A replay counts the trace rows it has walked into an atomic counter (``_core.Pro
 engine's hot loop bumps it every 16,384 rows: ``engine::PROGRESS_EVERY``); a thread here polls
 it five times a second and draws ``label [#####.....] 52% 1,234,567/2,345,678 events``. Only when
 stderr is a terminal, not with ``quiet``, and only once the work has taken a second (small
-traces show nothing); the line is erased when the work ends. Work without a counter (imports)
-shows the elapsed time instead.
+traces show nothing); the line is erased when the work ends. A load counts the bytes of its
+file read (decompressed) so far, then shows the elapsed time while the content is parsed.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ __all__ = ["Bar", "replay"]
 DELAY_S = 1.0
 
 
-def _format_bar(label: str, done: int, total: int, width: int) -> str:
+def _format_bar(label: str, done: int, total: int, width: int, unit: str = "events") -> str:
     if total <= 0:
         return label
     frac = min(max(done / total, 0.0), 1.0)
-    tail = f" {frac:4.0%} {done:,}/{total:,} events"
+    counts = f"{_core.format_bytes(done)}/{_core.format_bytes(total)}" if unit == "bytes" else f"{done:,}/{total:,} {unit}"
+    tail = f" {frac:4.0%} {counts}"
     room = max(10, min(40, width - len(label) - len(tail) - 4))
     filled = round(frac * room)
     return f"{label} [{'#' * filled}{'.' * (room - filled)}]{tail}"
@@ -45,9 +46,17 @@ class Bar:
     shows the elapsed seconds. ``enabled=None``: only when the stream is a terminal."""
 
     def __init__(
-        self, label: str, counter: _core.Progress | None = None, *, enabled: bool | None = None, stream: TextIO | None = None, delay_s: float = DELAY_S
+        self,
+        label: str,
+        counter: _core.Progress | None = None,
+        *,
+        enabled: bool | None = None,
+        stream: TextIO | None = None,
+        delay_s: float = DELAY_S,
+        unit: str = "events",
     ) -> None:
         self.label = label
+        self.unit = unit
         self.counter = counter
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
@@ -59,7 +68,10 @@ class Bar:
     def line(self, elapsed: float) -> str:
         width = shutil.get_terminal_size((100, 24)).columns
         if self.counter is not None and self.counter.total:
-            return _format_bar(self.label, self.counter.done, self.counter.total, width)
+            done, total = self.counter.done, self.counter.total
+            if done >= total and self.unit == "bytes":
+                return f"{self.label}: parsing ... {elapsed:5.1f} s"
+            return _format_bar(self.label, done, total, width, self.unit)
         return f"{self.label} ... {elapsed:5.1f} s"
 
     def _run(self) -> None:
@@ -108,8 +120,10 @@ def replay(
 
 
 def load(path: str, meta: str | None = None, allocator: str | None = None, *, quiet: bool = False) -> Trace:
-    """``allocreplay.load`` showing the elapsed time (importers have no counter yet)."""
-    from allocreplay._api import load as _load
+    """``allocreplay.load`` with a progress bar: the bytes of the file read (decompressed) so
+    far, then the elapsed time while the content is parsed."""
+    from allocreplay._api import Trace
 
-    with Bar(f"loading {os.path.basename(path)}", enabled=False if quiet else None):
-        return _load(path, meta=meta, allocator=allocator)
+    counter = _core.Progress()
+    with Bar(f"loading {os.path.basename(path)}", counter, enabled=False if quiet else None, unit="bytes"):
+        return Trace(_core.load_progress(os.fspath(path), counter, None if meta is None else os.fspath(meta), allocator))

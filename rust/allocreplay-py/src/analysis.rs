@@ -3,12 +3,13 @@
 //! the history for export) as Arrow tables, a trace from Arrow record batches, and a replay
 //! that counts its progress into a counter Python polls while the GIL is released.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use allocreplay_core::analysis::{self, At, StateRequest};
 use allocreplay_core::error::Error;
+use allocreplay_core::import::{self, ImportOptions, LoadProgress};
 use allocreplay_core::replay::{self as core_replay, ReplayRequest};
 use allocreplay_core::units;
 use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
@@ -23,26 +24,43 @@ use super::{to_py, PyReplayResult, PyTable, PyTrace, STREAM_NAME};
 /// thread while the replay runs with the GIL released.
 #[pyclass(frozen, module = "allocreplay._core", name = "Progress")]
 pub(crate) struct PyProgress {
-    done: Arc<AtomicU64>,
-    total: AtomicU64,
+    inner: Arc<LoadProgress>,
 }
 
 #[pymethods]
 impl PyProgress {
     #[new]
     fn new() -> Self {
-        PyProgress { done: Arc::new(AtomicU64::new(0)), total: AtomicU64::new(0) }
+        PyProgress { inner: Arc::new(LoadProgress::default()) }
     }
 
     #[getter]
     fn done(&self) -> u64 {
-        self.done.load(Ordering::Relaxed)
+        self.inner.done.load(Ordering::Relaxed)
     }
 
     #[getter]
     fn total(&self) -> u64 {
-        self.total.load(Ordering::Relaxed)
+        self.inner.total.load(Ordering::Relaxed)
     }
+}
+
+/// `load`, counting the bytes of the file read (decompressed) so far into `progress`.
+#[pyfunction]
+#[pyo3(signature = (path, progress, meta=None, allocator=None))]
+fn load_progress(
+    py: Python<'_>,
+    path: PathBuf,
+    progress: &PyProgress,
+    meta: Option<PathBuf>,
+    allocator: Option<String>,
+) -> PyResult<PyTrace> {
+    let opts = ImportOptions { meta, allocator };
+    let p = progress.inner.clone();
+    p.done.store(0, Ordering::Relaxed);
+    p.total.store(0, Ordering::Relaxed);
+    let t = py.detach(move || import::load_with_progress(&path, &opts, Some(&p))).map_err(|e| to_py(py, e))?;
+    Ok(PyTrace { inner: Arc::new(t) })
 }
 
 /// `replay` counting its progress into `progress` (see `allocreplay.progress`).
@@ -60,19 +78,21 @@ fn replay_progress(
     let capacity = capacity.map(units::parse_capacity).transpose().map_err(|e| to_py(py, e))?;
     let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
     let t = trace.inner.clone();
-    progress.done.store(0, Ordering::Relaxed);
-    progress.total.store(core_replay::progress_total(&t, &req), Ordering::Relaxed);
-    let done = progress.done.clone();
+    let p = progress.inner.clone();
+    p.done.store(0, Ordering::Relaxed);
+    p.total.store(core_replay::progress_total(&t, &req), Ordering::Relaxed);
     let batches = py
         .detach(move || {
-            core_replay::replay_with_progress(&t, &req, &|spec, ctx| allocreplay_core::policy::build(spec, ctx), Some(&done)).map(|runs| {
-                (
-                    core_replay::summary_batch(&runs),
-                    core_replay::timeline_batch(&runs),
-                    core_replay::segments_batch(&runs),
-                    core_replay::placements_batch(&runs),
-                )
-            })
+            core_replay::replay_with_progress(&t, &req, &|spec, ctx| allocreplay_core::policy::build(spec, ctx), Some(&p.done)).map(
+                |runs| {
+                    (
+                        core_replay::summary_batch(&runs),
+                        core_replay::timeline_batch(&runs),
+                        core_replay::segments_batch(&runs),
+                        core_replay::placements_batch(&runs),
+                    )
+                },
+            )
         })
         .map_err(|e| to_py(py, e))?;
     let table = |batch| Py::new(py, PyTable { batch });
@@ -145,6 +165,7 @@ fn trace_from_arrow(py: Python<'_>, data: Bound<'_, PyAny>, origin: String) -> P
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyProgress>()?;
     m.add_function(wrap_pyfunction!(replay_progress, m)?)?;
+    m.add_function(wrap_pyfunction!(load_progress, m)?)?;
     m.add_function(wrap_pyfunction!(state_at, m)?)?;
     m.add_function(wrap_pyfunction!(trace_from_arrow, m)?)?;
     Ok(())
