@@ -28,6 +28,17 @@ def test_round_trip_of_a_real_trace_replays_the_same(tmp_path):
     assert allocreplay.load(tmp_path / "t3.arrow").events.equals(t.events)
 
 
+def test_round_trip_keeps_the_stacks():
+    # torch_train.arrow was captured with Python stacks (allocreplay capture --stacks python).
+    t = allocreplay.load(TRACES / "torch_train.arrow")
+    assert t.frames["stacks"]
+    t2 = allocreplay.Trace.from_events(t.events, metadata=t.metadata, frames=t.frames)
+    assert t2.frames == t.frames and t2.events.equals(t.events)
+    from allocreplay import analysis
+
+    assert analysis.top_call_sites(t2, "pytorch").equals(analysis.top_call_sites(t, "pytorch"))
+
+
 def test_a_synthetic_trace_paired_by_address():
     # Three 1000-byte requests, the first freed: PyTorch rounds each to 1024 B (kMinBlockSize
     # 512 multiples) in one 2 MiB small segment (kSmallBuffer).

@@ -81,10 +81,11 @@ def snapshot(trace: Trace, policy: str = "pytorch", *, capacity: str | float | N
         device_traces[device].append(e)
     by_id = {r["alloc_id"]: r for r in live.iter_rows(named=True)}
     seg_list: list[dict[str, Any]] = []
+    by_segment = blocks.sort("addr").partition_by(["device", "segment"], as_dict=True)
     for s in segs.sort("device", "addr").iter_rows(named=True):
-        own = blocks.filter((pl.col("device") == s["device"]) & (pl.col("segment") == s["addr"])).sort("addr")
+        own = by_segment.get((s["device"], s["addr"]))
         out_blocks = []
-        for b in own.iter_rows(named=True):
+        for b in own.iter_rows(named=True) if own is not None else []:
             a = by_id.get(b["alloc_id"]) if b["allocated"] else None
             state = "inactive"
             if b["allocated"]:

@@ -261,15 +261,15 @@ def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: st
                 "policy",
                 "device",
                 "event",
-                "requested_bytes",
-                "reserved_bytes",
-                "capacity_bytes",
-                "largest_free_block_bytes",
-                "free_cached_bytes",
-                "fragmented",
-                "call_site",
+                pl.col("requested_bytes").alias("requested"),
+                pl.col("reserved_bytes").alias("reserved"),
+                pl.col("capacity_bytes").alias("capacity"),
+                pl.col("largest_free_block_bytes").alias("largest free block"),
+                pl.col("free_cached_bytes").alias("free in holes"),
+                pl.col("fragmented").alias("fragmented (the memory is there, in pieces)"),
+                pl.col("call_site").alias("call site"),
             ),
-            dict.fromkeys(("requested_bytes", "reserved_bytes", "capacity_bytes", "largest_free_block_bytes", "free_cached_bytes"), size),
+            dict.fromkeys(("requested", "reserved", "capacity", "largest free block", "free in holes"), size),
         )
     )
     parts = []
