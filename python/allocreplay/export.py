@@ -55,7 +55,8 @@ def _expandable(trace: Trace, policy: str) -> bool:
 def snapshot(trace: Trace, policy: str = "pytorch", *, capacity: str | float | None = None) -> dict[str, Any]:
     """The replay of ``trace`` under ``policy`` as a PyTorch memory snapshot dict (see the
     module's docstring). Addresses are the simulated allocator's; frames and times are the
-    trace's."""
+    trace's. The history is computed in Rust; one dict per entry is then built here (about
+    7 µs an entry: some 20 s for 3 million events)."""
     from allocreplay.analysis import _capacity
 
     _states, live_t, blocks_t, segs_t, hist_t = _core.state_at(trace._inner, policy, "end", _capacity(capacity), True)
