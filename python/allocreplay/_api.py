@@ -59,6 +59,31 @@ class Trace:
         innermost first) indexed by the ``stack_id`` column."""
         return json.loads(self._inner.frames_json())
 
+    @classmethod
+    def from_events(cls, df: pl.DataFrame | pa.Table, metadata: dict[str, Any] | None = None, frames: dict[str, Any] | None = None) -> Trace:
+        """A trace from a table of events, one row per event (see ``traces/README.md``).
+
+        Needed: ``action`` (names such as ``"alloc"``, or codes) and ``size``. Optional:
+        ``alloc_id`` (without it, frees are paired with the last ``alloc`` at their ``addr``),
+        ``addr``, ``stream``, ``device``, ``pool`` (0 by default), ``time_ns``, ``seed``
+        (false), ``stack_id``, and the optional columns of the format. ``metadata``: keys of the
+        trace metadata to set (``devices=[{"index": 0, "total_memory": ...}]``,
+        ``allocator_settings``...); ``frames``: a frame table dict as ``Trace.frames``.
+        Checked as an ``.arrow`` file is; a problem raises ``InvalidArgumentError`` or
+        ``SchemaError`` naming ``<Trace.from_events>``.
+        """
+        from allocreplay._build import from_events
+
+        return from_events(df, metadata, frames)
+
+    @classmethod
+    def from_arrow(cls, table: Any, metadata: dict[str, Any] | None = None, frames: dict[str, Any] | None = None) -> Trace:
+        """A trace from an Arrow table: one with a trace's schema metadata (``to_arrow()``)
+        as it is, any other through :meth:`from_events`."""
+        from allocreplay._build import from_arrow
+
+        return from_arrow(table, metadata, frames)
+
     def info(self) -> dict[str, Any]:
         """The numbers ``allocreplay info --json`` prints (counts, recorded peaks, duration)."""
         return json.loads(self._inner.info_json())

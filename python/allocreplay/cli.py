@@ -9,19 +9,19 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from allocreplay import _core
-from allocreplay._api import Trace, load
+from allocreplay._api import Trace
 from allocreplay._api import plan as _plan
-from allocreplay._api import replay as _replay
 from allocreplay._api import validate as _validate
 from allocreplay.errors import AllocReplayError
+from allocreplay.progress import Bar
+from allocreplay.progress import load as _load_progress
+from allocreplay.progress import replay as _replay_progress
 
 EXIT_ERROR = 2
 # click >= 8.2 raises this for a bare `allocreplay`; it only shows the help.
@@ -76,45 +76,15 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else _core.format_bytes(n)
 
 
-class _Progress:
-    """An elapsed-time indicator on stderr while Rust works with the GIL released; only when
-    stderr is a terminal, and only once the work has taken a second (small traces show
-    nothing). The line is erased when the work ends."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.stop = threading.Event()
-        self.thread: threading.Thread | None = None
-
-    def _run(self) -> None:
-        start = time.monotonic()
-        if self.stop.wait(1.0):
-            return
-        shown = False
-        while not self.stop.is_set():
-            sys.stderr.write(f"\r{self.label} ... {time.monotonic() - start:5.1f} s")
-            sys.stderr.flush()
-            shown = True
-            self.stop.wait(0.2)
-        if shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-
-    def __enter__(self) -> _Progress:
-        if sys.stderr.isatty():
-            self.thread = threading.Thread(target=self._run, daemon=True)
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join()
+def _Progress(label: str, quiet: bool = False) -> Bar:
+    """A progress line on stderr while Rust works with the GIL released (see
+    :mod:`allocreplay.progress`): only on a terminal, not with ``quiet``, and only once the
+    work has taken a second."""
+    return Bar(label, enabled=False if quiet else None)
 
 
-def _load(path: str, meta: str | None, allocator: str | None = None) -> Trace:
-    with _Progress(f"loading {os.path.basename(path)}"):
-        return load(path, meta=meta, allocator=allocator)
+def _load(path: str, meta: str | None, allocator: str | None = None, quiet: bool = False) -> Trace:
+    return _load_progress(path, meta, allocator, quiet=quiet)
 
 
 _allocator_option = click.option(
@@ -221,8 +191,17 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
 @click.option("--plot", "plot_path", metavar="FILE.png", help="Also draw the memory timeline of every policy (needs matplotlib).")
 @_allocator_option
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def replay_cmd(
-    trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, out: str | None, meta: str | None, plot_path: str | None, allocator: str | None
+    trace: str,
+    policies: tuple[str, ...],
+    capacity: str | None,
+    as_json: bool,
+    out: str | None,
+    meta: str | None,
+    plot_path: str | None,
+    allocator: str | None,
+    quiet: bool,
 ) -> None:
     """Replay TRACE under allocator policies and report peak memory and OOMs."""
     specs = list(policies) or ["pytorch"]
@@ -232,9 +211,8 @@ def replay_cmd(
         from allocreplay.plot import _pyplot
 
         _pyplot()  # say now, not after the replay, that matplotlib is missing
-    t = _load(trace, meta, allocator)
-    with _Progress(f"replaying under {len(specs)} polic{'y' if len(specs) == 1 else 'ies'}"):
-        result = _replay(t, specs, capacity, placements=False)
+    t = _load(trace, meta, allocator, quiet)
+    result = _replay_progress(t, specs, capacity, placements=False, quiet=quiet)
     summary = result.summary
     if out:
         summary.write_ipc(out)
@@ -426,6 +404,154 @@ def capture_cmd(out: str, framework: str, max_entries: int, stacks: str, keep_ra
     if result.exit_code:
         click.echo(f"the command exited with code {result.exit_code}", err=True)
         sys.exit(result.exit_code)
+
+
+# `compare`, `report`, `export-snapshot`, `export-perfetto` (issue 15: where the memory goes).
+
+_policies_option = click.option(
+    "-p",
+    "--policy",
+    "policies",
+    multiple=True,
+    metavar="SPEC",
+    help=f"Policy to replay under, NAME[:OPTIONS] (repeatable; default pytorch). Known: {', '.join(_core.POLICY_NAMES)}.",
+)
+_capacity_option = click.option(
+    "-c",
+    "--capacity",
+    metavar="SIZE",
+    help="Device memory available: bytes, a size (80GiB) or a fraction of the trace's device memory (0.5). Default: the recorded device's total memory.",
+)
+_meta_option = click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
+_quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+
+
+def _replayed(trace: str, policies: tuple[str, ...], capacity: str | None, meta: str | None, quiet: bool, placements: bool = False) -> tuple[Trace, Any]:
+    specs = list(policies) or ["pytorch"]
+    if capacity is not None:
+        _core.parse_capacity(capacity)  # reject a bad size before loading the trace
+    t = _load(trace, meta, None, quiet)
+    return t, _replay_progress(t, specs, capacity, placements=placements, quiet=quiet)
+
+
+@cli.command("compare")
+@click.argument("trace")
+@_policies_option
+@_capacity_option
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy and device, best first.")
+@_meta_option
+@_quiet_option
+def compare_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, meta: str | None, quiet: bool) -> None:
+    """Rank policies on TRACE: those that fit first, then by peak reserved memory: peak
+    reserved and allocated, efficiency (allocated / reserved at the peaks), device calls,
+    retries, and the first OOM with the call site that made the request."""
+    from allocreplay import analysis
+
+    t, result = _replayed(trace, policies, capacity, meta, quiet)
+    ranked = analysis.compare(t, result)
+    if as_json:
+        click.echo(json.dumps(ranked.to_dicts()))
+        return
+    header = ["rank", "policy", "device", "peak reserved", "peak allocated", "efficiency", "device calls", "retries", "verdict", "first OOM"]
+    rows = []
+    for r in ranked.iter_rows(named=True):
+        oom = "-"
+        if r["first_oom_event"] is not None:
+            oom = f"event {r['first_oom_event']:,}: {_gib(r['first_oom_requested_bytes'])}" + (
+                f" at {r['first_oom_call_site']}" if r["first_oom_call_site"] else ""
+            )
+        rows.append(
+            [
+                str(r["rank"]),
+                r["policy"],
+                str(r["device"]),
+                _gib(r["peak_reserved_bytes"]),
+                _gib(r["peak_allocated_bytes"]),
+                "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}",
+                f"{r['device_calls']:,}",
+                f"{r['num_alloc_retries']:,}",
+                "OOM" if r["oom"] else "fits",
+                oom,
+            ]
+        )
+    caps = {c for c in ranked["capacity_bytes"].to_list() if c is not None}
+    click.echo(f"{trace}: capacity {', '.join(_gib(c) for c in sorted(caps)) if caps else 'unlimited'}")
+    # Names and the OOM's call site read better left-aligned, numbers right-aligned.
+    left = {0, 1, 8, 9}
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for cells in [header, ["-" * w for w in widths], *rows]:
+        click.echo("  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip())
+
+
+@cli.command("report")
+@click.argument("trace")
+@_policies_option
+@_capacity_option
+@click.option("-o", "--output", "out", required=True, metavar="REPORT.html", help="The HTML file to write (self-contained, opens offline).")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Call sites shown.")
+@_meta_option
+@_quiet_option
+def report_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, out: str, top: int, meta: str | None, quiet: bool) -> None:
+    """Write one self-contained HTML report of TRACE replayed under the policies: timelines
+    on one interactive chart, fragmentation over time, the segment map and the top call sites
+    at the peak, the OOM point if any (needs plotly)."""
+    from allocreplay.report import _plotly, write_report
+
+    _plotly()  # say now, not after the replay, that plotly is missing
+    t, result = _replayed(trace, policies, capacity, meta, quiet)
+    with _Progress("writing the report", quiet):
+        write_report(t, result, out, title=os.path.basename(trace), capacity=capacity, top=top)
+    click.echo(f"report written to {out}", err=True)
+
+
+@cli.command("export-snapshot")
+@click.argument("trace")
+@click.option("-p", "--policy", "policy", default="pytorch", show_default=True, metavar="SPEC", help="The policy whose decisions to export.")
+@_capacity_option
+@click.option("-o", "--output", "out", required=True, metavar="SIM.pickle", help="The PyTorch memory snapshot to write.")
+@_meta_option
+@_quiet_option
+def export_snapshot_cmd(trace: str, policy: str, capacity: str | None, out: str, meta: str | None, quiet: bool) -> None:
+    """Write what POLICY would have done on TRACE as a PyTorch memory snapshot (pickle):
+    open it in pytorch.org/memory_viz or torch.cuda._memory_viz. Addresses are the simulated
+    allocator's; stacks and times are the trace's."""
+    from allocreplay.export import write_snapshot
+
+    if capacity is not None:
+        _core.parse_capacity(capacity)
+    t = _load(trace, meta, None, quiet)
+    with _Progress(f"replaying under {policy}", quiet):
+        snap = write_snapshot(t, policy, out, capacity=capacity)
+    entries = sum(len(d) for d in snap["device_traces"])
+    click.echo(f"{out}: {entries:,} trace entries and {len(snap['segments']):,} segments of {policy}", err=True)
+
+
+@cli.command("export-perfetto")
+@click.argument("trace")
+@_policies_option
+@_capacity_option
+@click.option("-o", "--output", "out", required=True, metavar="MEMORY.json", help="The Chrome trace-event JSON to write.")
+@click.option(
+    "--points",
+    type=click.IntRange(min=0),
+    default=20000,
+    show_default=True,
+    help="Points per policy and device (each the maximum of its events; 0: every event).",
+)
+@_meta_option
+@_quiet_option
+def export_perfetto_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, out: str, points: int, meta: str | None, quiet: bool) -> None:
+    """Write allocated and reserved memory over time of each policy as Chrome trace-event
+    JSON counters: open in ui.perfetto.dev or chrome://tracing."""
+    from allocreplay.export import write_chrome_trace
+
+    specs = list(policies) or ["pytorch"]
+    if capacity is not None:
+        _core.parse_capacity(capacity)
+    t = _load(trace, meta, None, quiet)
+    result = _replay_progress(t, specs, capacity, timeline_points=points, placements=False, quiet=quiet)
+    data = write_chrome_trace(result, out)
+    click.echo(f"{out}: {len(data['traceEvents']):,} counter events", err=True)
 
 
 def main() -> None:

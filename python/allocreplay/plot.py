@@ -6,17 +6,24 @@ Needs matplotlib (``pip install 'allocreplay[plot]'``)."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from allocreplay import _core
 
 if TYPE_CHECKING:
     from allocreplay._api import ReplayResult
 
-__all__ = ["plot_timeline"]
+__all__ = ["capacity_in_range", "plot_timeline", "timeline_figure"]
 
 
-def _pyplot():
+def capacity_in_range(capacity: int | None, data_max: float) -> bool:
+    """Whether a capacity line belongs on a chart of data up to ``data_max`` bytes: only when
+    it is at most 1.5 times the data's maximum (a 140 GiB line over 3 GiB curves would flatten
+    them)."""
+    return capacity is not None and capacity > 0 and capacity <= 1.5 * max(data_max, 1.0)
+
+
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -31,14 +38,38 @@ def plot_timeline(result: ReplayResult, path: str | os.PathLike[str], *, title: 
     """Writes the timeline of every (policy, device) of ``result`` to ``path`` (PNG, SVG, PDF:
     by extension)."""
     plt = _pyplot()
+    fig = timeline_figure(result, title=title)
+    fig.savefig(os.fspath(path), dpi=110)
+    plt.close(fig)
+
+
+def timeline_figure(result: ReplayResult, *, title: str | None = None) -> Any:
+    """The matplotlib figure :func:`plot_timeline` writes: one axes per device, the y-axis
+    fitted to the data, the capacity drawn only when :func:`capacity_in_range`."""
+    plt = _pyplot()
     timeline, summary = result.timeline, result.summary
     devices = sorted(summary["device"].unique().to_list())
     fig, axes = plt.subplots(len(devices), 1, figsize=(11, 4.2 * len(devices)), squeeze=False, sharex=False)
     gib = float(2**30)
     for ax, dev in zip(axes[:, 0], devices):
-        for k, row in enumerate(summary.filter(summary["device"] == dev).iter_rows(named=True)):
+        rows = summary.filter(summary["device"] == dev)
+        t_dev = timeline.filter(timeline["device"] == dev)
+        # The y-axis is fitted to the data: the highest curve or offline bound.
+        tl_max = cast(float, t_dev["reserved_bytes"].max() or 0) if t_dev.height else 0.0
+        data_max = max([float(tl_max), *(float(v or 0) for v in rows["peak_reserved_bytes"].to_list())])
+        top = max(data_max * 1.08, 1.0) / gib
+        caps = [c for c in rows["capacity_bytes"].to_list() if c]
+        cap = min(caps) if caps else None
+        cap_note = ""
+        if cap is not None and capacity_in_range(cap, data_max):
+            top = max(top, cap * 1.05 / gib)
+            ax.axhline(cap / gib, color="black", lw=0.8, ls="-", alpha=0.5, label=f"capacity {cap / gib:.2f} GiB")
+        elif cap is not None:
+            cap_note = f"; capacity {cap / gib:.2f} GiB, above the chart"
+        ax.set_ylim(0, top)
+        for k, row in enumerate(rows.iter_rows(named=True)):
             color = f"C{k % 10}"
-            t = timeline.filter((timeline["policy"] == row["policy"]) & (timeline["device"] == dev))
+            t = t_dev.filter(t_dev["policy"] == row["policy"])
             if t.height:
                 x = t["event"].to_numpy()
                 ax.plot(
@@ -55,15 +86,11 @@ def plot_timeline(result: ReplayResult, path: str | os.PathLike[str], *, title: 
                 )
             if row.get("first_oom_event") is not None:
                 ax.axvline(row["first_oom_event"], color=color, lw=0.8, ls="-.")
-                ax.annotate("OOM", (row["first_oom_event"], ax.get_ylim()[1] * 0.95), color=color, fontsize=8)
-        caps = [c for c in summary.filter(summary["device"] == dev)["capacity_bytes"].to_list() if c]
-        if caps:
-            ax.axhline(min(caps) / gib, color="black", lw=0.8, ls="-", alpha=0.5, label=f"capacity {min(caps) / gib:.2f} GiB")
+                ax.annotate("OOM", (row["first_oom_event"], top * 0.95), color=color, fontsize=8)
         ax.set_xlabel("event")
         ax.set_ylabel("GiB")
-        ax.set_title(f"{title + ' — ' if title else ''}device {dev} (solid: reserved, dashed: allocated)", fontsize=10)
+        ax.set_title(f"{title + ' — ' if title else ''}device {dev} (solid: reserved, dashed: allocated{cap_note})", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    fig.savefig(os.fspath(path), dpi=110)
-    plt.close(fig)
+    return fig

@@ -4,8 +4,10 @@
 // A library prints nothing: results go to the caller (tests, benches and examples may print).
 #![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
+pub mod analysis;
 pub mod engine;
 pub mod error;
+pub mod export;
 pub mod import;
 pub mod offline;
 pub mod policy;

@@ -1,14 +1,14 @@
 //! `allocreplay replay`: every device of a trace under every requested policy, and the results
 //! as Arrow record batches (summary, timeline, segments, placements) for the Python layer.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::builder::{Float64Builder, Int32Builder, Int64Builder, StringBuilder, UInt32Builder, UInt64Builder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 
-use crate::engine::{replay_device, DeviceReplay, FirstOom, ReplayOptions};
+use crate::engine::{replay_device_hooked, DeviceReplay, FirstOom, Hooks, ReplayOptions};
 use crate::error::{Error, Result};
 use crate::policy::{self, Policy, PolicyContext};
 use crate::trace::Trace;
@@ -52,6 +52,18 @@ pub fn replay(trace: &Trace, req: &ReplayRequest) -> Result<Vec<Run>> {
 pub type PolicyFactory = dyn Fn(&str, &PolicyContext) -> Result<Box<dyn Policy>> + Sync;
 
 pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) -> Result<Vec<Run>> {
+    replay_with_progress(trace, req, factory, None)
+}
+
+/// Trace rows a replay of `req` walks in all (every device's replay walks the whole trace):
+/// the total of the `progress` counter of [`replay_with_progress`].
+pub fn progress_total(trace: &Trace, req: &ReplayRequest) -> u64 {
+    (trace.num_events() * trace.devices().len() * req.policies.len()) as u64
+}
+
+/// [`replay_with`], counting the trace rows walked into `progress` (see
+/// [`progress_total`]) as the replays go, for a progress bar.
+pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory, progress: Option<&AtomicU64>) -> Result<Vec<Run>> {
     if req.policies.is_empty() {
         return Err(Error::InvalidArgument("no policy to replay".into()));
     }
@@ -81,6 +93,9 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
         let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(*d), capacity: *explicit };
         if let Ok(Some(alignment)) = offline_alignment(spec) {
             let run = offline_run(trace, spec, *d, alignment, *limit);
+            if let Some(p) = progress {
+                p.fetch_add(trace.num_events() as u64, Ordering::Relaxed);
+            }
             results.lock().unwrap()[i] = Some(run);
             continue;
         }
@@ -92,7 +107,8 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
                 placements: req.placements,
                 device_events: false,
             };
-            Run { spec: spec.clone(), capacity: *limit, replay: replay_device(trace, *d, p.as_mut(), &opts) }
+            let mut hooks = Hooks { progress, ..Default::default() };
+            Run { spec: spec.clone(), capacity: *limit, replay: replay_device_hooked(trace, *d, p.as_mut(), &opts, &mut hooks) }
         });
         results.lock().unwrap()[i] = Some(run);
     };

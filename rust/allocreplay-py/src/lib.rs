@@ -4,6 +4,8 @@
 //! Every core `Error` variant becomes its own exception class (re-exported by
 //! `allocreplay.errors`). Imports and replays run with the GIL released.
 
+mod analysis;
+
 use std::ffi::CStr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -295,6 +297,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(format_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(plan_json, m)?)?;
     m.add_function(wrap_pyfunction!(offline_json, m)?)?;
+    analysis::register(m)?;
     m.add("POLICY_NAMES", allocreplay_core::policy::spec::POLICY_NAMES.to_vec())?;
     m.add("FORMAT_VERSION", allocreplay_core::trace::FORMAT_VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -4,6 +4,7 @@
 pub mod device;
 pub mod stats;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use arrow_array::Array;
@@ -77,8 +78,38 @@ pub struct DeviceReplay {
     pub device_events: Vec<DeviceEvent>,
 }
 
+/// What a caller may ask of a replay beyond [`ReplayOptions`], and what the loop reports back:
+/// stop early (the state at one event, for `allocreplay.analysis`), count progress, and the
+/// events where the peaks were reached.
+#[derive(Debug, Default)]
+pub struct Hooks<'a> {
+    /// Stop after the trace event with this index (the policy's state is then the state right
+    /// after it).
+    pub stop_after: Option<usize>,
+    /// Trace rows walked, bumped every [`PROGRESS_EVERY`] rows (and once at the end), for a
+    /// progress bar polled from another thread.
+    pub progress: Option<&'a AtomicU64>,
+    /// Out: the first event after which reserved / allocated bytes reached their peak.
+    pub peak_reserved_event: Option<usize>,
+    pub peak_allocated_event: Option<usize>,
+}
+
+/// Rows between two bumps of [`Hooks::progress`]: rare enough not to slow the loop.
+pub const PROGRESS_EVERY: usize = 1 << 14;
+
 /// Replays the events of `device` in `trace` through `policy`.
 pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: &ReplayOptions) -> DeviceReplay {
+    replay_device_hooked(trace, device, policy, opts, &mut Hooks::default())
+}
+
+/// [`replay_device`] with [`Hooks`].
+pub fn replay_device_hooked(
+    trace: &Trace,
+    device: i32,
+    policy: &mut dyn Policy,
+    opts: &ReplayOptions,
+    hooks: &mut Hooks<'_>,
+) -> DeviceReplay {
     let start = Instant::now();
     let c = trace.columns();
     let chunk_col = trace.optional_u64("chunk_bytes");
@@ -96,15 +127,24 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
     let mut first_oom = None;
     // The timeline is downsampled as it is built (memory O(points), not O(events)): the number
     // of points is known from one pass over two columns.
+    let stop = hooks.stop_after.map_or(n, |s| (s + 1).min(n));
     let mut timeline = opts.timeline.map(|max_points| {
-        let requests = (0..n).filter(|&i| c.device[i] == device && is_timeline_request(c.action[i], c.seed.value(i))).count();
+        let requests = (0..stop).filter(|&i| c.device[i] == device && is_timeline_request(c.action[i], c.seed.value(i))).count();
         Downsampler::new(requests, max_points)
     });
     let mut placements = Vec::new();
     let mut events = 0usize;
     // Validate: the recorded device allocations made for a request precede it in the trace.
     let mut pending_hints: Vec<(u64, u64)> = Vec::new();
-    for i in 0..n {
+    let (mut peak_reserved, mut peak_allocated) = (0u64, 0u64);
+    let mut reported = 0usize;
+    for i in 0..stop {
+        if let Some(p) = hooks.progress {
+            if i - reported == PROGRESS_EVERY {
+                p.fetch_add(PROGRESS_EVERY as u64, Ordering::Relaxed);
+                reported = i;
+            }
+        }
         if c.device[i] != device {
             continue;
         }
@@ -207,8 +247,16 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
             }
             _ => continue,
         }
+        let s = policy.stats();
+        if s.reserved > peak_reserved {
+            peak_reserved = s.reserved;
+            hooks.peak_reserved_event = Some(i);
+        }
+        if s.allocated > peak_allocated {
+            peak_allocated = s.allocated;
+            hooks.peak_allocated_event = Some(i);
+        }
         if let Some(t) = timeline.as_mut() {
-            let s = policy.stats();
             t.push(TimelinePoint {
                 event: i,
                 time_ns: c.time_ns.is_valid(i).then(|| c.time_ns.value(i)),
@@ -216,6 +264,9 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
                 reserved: s.reserved,
             });
         }
+    }
+    if let Some(p) = hooks.progress {
+        p.fetch_add((stop - reported) as u64, Ordering::Relaxed);
     }
     let timeline = timeline.map(Downsampler::finish).unwrap_or_default();
     DeviceReplay {

@@ -8,6 +8,7 @@ pub mod xla;
 pub mod xplane;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::trace::{read_arrow, Trace};
@@ -35,6 +36,19 @@ pub enum SourceKind {
 
 /// Loads a trace from an `.arrow` file or any supported raw source.
 pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
+    load_with_progress(path, opts, None)
+}
+
+/// How far a [`load_with_progress`] has read its file: `done` of `total` bytes (compressed
+/// bytes decompressed so far; the parse that follows is not counted).
+#[derive(Debug, Default)]
+pub struct LoadProgress {
+    pub done: AtomicU64,
+    pub total: AtomicU64,
+}
+
+/// [`load`], counting its progress into `progress` for a progress bar.
+pub fn load_with_progress(path: &Path, opts: &ImportOptions, progress: Option<&LoadProgress>) -> Result<Trace> {
     if path.is_dir() {
         // An XLA dump directory (--xla_dump_to: the temps of every compiled program), or a
         // profiler log / run directory (plugins/profile/<run>/*.xplane.pb).
@@ -47,7 +61,7 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
             return xla::trace::programs_trace(&programs, path);
         }
         return match xplane::find_in_profile_dir(path) {
-            Ok(file) => load(&file, opts),
+            Ok(file) => load_with_progress(&file, opts, progress),
             Err(Error::UnknownFormat { message, .. }) => Err(Error::UnknownFormat {
                 path: path.to_path_buf(),
                 message: format!("no XLA dump (module_*_after_optimizations* files) and {message}"),
@@ -62,7 +76,10 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
     if raw.starts_with(b"ARROW1") {
         return read_arrow(path);
     }
-    let data = compression::decompress(path, raw)?;
+    if let Some(p) = progress {
+        p.total.store(raw.len() as u64, Ordering::Relaxed);
+    }
+    let data = compression::decompress_counted(path, raw, progress.map(|p| &p.done))?;
     match detect(&data) {
         Some(SourceKind::PytorchPickle) => pytorch::import_snapshot(path, &data, opts),
         Some(SourceKind::Arrow) => read_arrow(path),

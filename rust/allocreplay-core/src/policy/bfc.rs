@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::bfc_config::{BfcSettings, BfcSpec};
 use super::spec::PolicyContext;
-use super::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
+use super::{BlockInfo, OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::engine::device::DeviceMemory;
 use crate::engine::stats::Stats;
 use crate::error::Result;
@@ -655,6 +655,20 @@ impl Policy for Bfc {
                 SegmentInfo { addr: base, size: r.size, stream: 0, pool: 0, kind: "region", allocated_bytes: allocated, blocks }
             })
             .collect()
+    }
+
+    /// Every chunk of every region, in address order (`BFCAllocator::DumpMemoryLog`'s walk).
+    fn blocks(&self) -> Option<Vec<BlockInfo>> {
+        let mut out = Vec::new();
+        for (&base, r) in &self.regions {
+            let mut h = r.first;
+            while h != NONE {
+                let c = self.c(h);
+                out.push(BlockInfo { segment: base, addr: c.ptr, size: c.size, allocated: c.in_use });
+                h = c.next;
+            }
+        }
+        Some(out)
     }
 }
 

@@ -67,6 +67,19 @@ pub struct SegmentInfo {
     pub blocks: u32,
 }
 
+/// One block of a segment (PyTorch `Block`, BFC `Chunk`): allocated, or a free hole the
+/// allocator caches. Listed by [`Policy::blocks`] for `allocreplay.analysis`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// Base address of the segment / region (as in [`SegmentInfo::addr`]).
+    pub segment: u64,
+    pub addr: u64,
+    pub size: u64,
+    /// Held by an allocation (including one freed by the program but still in use by another
+    /// stream); false: a free, cached hole.
+    pub allocated: bool,
+}
+
 pub trait Policy {
     /// The spec string the policy was built from, normalised.
     fn name(&self) -> String;
@@ -94,4 +107,11 @@ pub trait Policy {
     fn stats(&self) -> &Stats;
 
     fn segments(&self) -> Vec<SegmentInfo>;
+
+    /// Every block of every segment, address order within a segment, when the policy keeps
+    /// blocks (PyTorch, BFC); `None` otherwise (analysis then takes the allocations it placed
+    /// and calls the rest of each segment free).
+    fn blocks(&self) -> Option<Vec<BlockInfo>> {
+        None
+    }
 }

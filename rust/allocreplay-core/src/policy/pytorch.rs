@@ -8,7 +8,7 @@ use super::sorted_map::SortedMap;
 
 use super::pytorch_config::{PytorchConfig, MB};
 use super::spec::PolicyContext;
-use super::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
+use super::{BlockInfo, OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::engine::device::DeviceMemory;
 use crate::engine::stats::Stats;
 use crate::error::{Error, Result};
@@ -1029,6 +1029,29 @@ impl Policy for CachingAllocator {
         }
         out.sort_by_key(|s| s.addr);
         out
+    }
+
+    /// The blocks of each segment as `segments` walks them (mapped blocks only: unmapped
+    /// pages of an expandable segment are neither held nor cached). Mirrors what
+    /// `DeviceCachingAllocator::snapshot` reports as a segment's `blocks`.
+    fn blocks(&self) -> Option<Vec<BlockInfo>> {
+        let dead: std::collections::HashSet<u32> = self.free_slots.iter().copied().collect();
+        let mut out = Vec::new();
+        for (i, b) in self.blocks.iter().enumerate() {
+            if dead.contains(&(i as u32)) || b.prev != NONE {
+                continue;
+            }
+            let mut cur = i as u32;
+            while cur != NONE {
+                let c = &self.blocks[cur as usize];
+                if c.mapped {
+                    out.push(BlockInfo { segment: b.seg, addr: c.ptr, size: c.size, allocated: c.allocated || c.pending });
+                }
+                cur = c.next;
+            }
+        }
+        out.sort_by_key(|b| (b.segment, b.addr));
+        Some(out)
     }
 }
 

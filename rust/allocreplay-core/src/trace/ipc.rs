@@ -26,6 +26,16 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
     let reader =
         FileReader::try_new(BufReader::new(file), None).map_err(|e| Error::format(path, format!("not a readable Arrow IPC file ({e})")))?;
     let schema = reader.schema();
+    let batches: Vec<RecordBatch> =
+        reader.collect::<std::result::Result<_, _>>().map_err(|e| Error::format(path, format!("corrupt Arrow record batch: {e}")))?;
+    trace_from_batches(schema, batches, path)
+}
+
+/// A trace from Arrow record batches with a trace's schema and schema metadata (an `.arrow`
+/// file's, or a table built in Python by `allocreplay.Trace.from_events`), checked as
+/// `read_arrow` checks a file; `origin` names the source in errors.
+pub fn trace_from_batches(schema: arrow_schema::SchemaRef, batches: Vec<RecordBatch>, origin: &Path) -> Result<Trace> {
+    let path = origin;
     let md = schema.metadata();
     let version = md.get(META_FORMAT_VERSION).ok_or_else(|| {
         Error::schema(path, "Arrow file is not an allocreplay trace (no allocreplay.format_version in its schema metadata); import the raw capture with `allocreplay import`")
@@ -54,14 +64,15 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
         Some(s) => serde_json::from_str(s).map_err(|e| Error::schema(path, format!("bad allocreplay.frames: {e}")))?,
         None => FrameTable::default(),
     };
-    let batches: Vec<RecordBatch> =
-        reader.collect::<std::result::Result<_, _>>().map_err(|e| Error::format(path, format!("corrupt Arrow record batch: {e}")))?;
     let batch = if batches.len() == 1 {
         batches.into_iter().next().unwrap()
     } else {
         arrow_select::concat::concat_batches(&schema, &batches)
             .map_err(|e| Error::format(path, format!("cannot concatenate record batches: {e}")))?
     };
+    // The schema metadata travels with the trace (save, to_arrow): keep the given schema's.
+    let batch =
+        batch.with_schema(schema.clone()).map_err(|e| Error::schema(path, format!("record batch does not match its schema: {e}")))?;
     // The engine reads action codes as dictionary keys: the dictionary must be ours.
     let dict = batch.column(0).as_dictionary::<UInt8Type>();
     let values = dict.values().as_string_opt::<i32>().ok_or_else(|| Error::schema(path, "action dictionary is not utf8"))?;

@@ -1,0 +1,345 @@
+"""Where the memory goes: Polars analyses of a replay.
+
+Every function works on any allocator policy's replay and returns a Polars DataFrame. The state
+of a policy at one event (its peak, its first OOM, the end, or any event index) is computed in
+Rust (``allocreplay-core``'s ``analysis::state_at``: the trace replayed once to find the event
+and once stopped right after it); Python only joins and aggregates with Polars expressions.
+
+``at`` takes ``"peak"`` (the first event after which reserved bytes were at their peak),
+``"peak_allocated"``, ``"oom"`` (the first request the policy failed), ``"end"``, or an event
+index (a row of ``trace.events``).
+
+Call sites: a stack's *call site* is its innermost frame outside installed packages and the
+Python standard library (``site-packages``, ``dist-packages``, ``/lib/pythonX.Y/``), i.e. the
+line of the user's code that allocated; ``innermost_frame`` is the stack's first frame
+whatever it is. Both read ``"name (file:line)"``; null where the trace recorded no stack.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from allocreplay import _core
+
+if TYPE_CHECKING:
+    from allocreplay._api import ReplayResult, Trace
+
+__all__ = [
+    "State",
+    "call_sites",
+    "compare",
+    "diff",
+    "diff_timeline",
+    "fragmentation",
+    "frame_tables",
+    "holes",
+    "live_allocations",
+    "oom",
+    "segments",
+    "state",
+    "top_call_sites",
+]
+
+_LIBRARY = r"(site-packages|dist-packages|/lib/python\d+(\.\d+)?/|^<frozen )"
+
+
+def _frame_tables(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The trace's frame table as two frames: ``frames(frame_id, filename, line, name)`` and
+    ``stacks(stack_id, depth, frame_id)`` (depth 0 = innermost). Built from ``Trace.frames``
+    (today a dict from JSON); the one place to change when the bindings hand these over as
+    tables."""
+    f = trace.frames
+    names = f.get("filename", [])
+    frames = pl.DataFrame(
+        {
+            "frame_id": pl.Series(range(len(names)), dtype=pl.UInt32),
+            "filename": pl.Series(names, dtype=pl.String),
+            "line": pl.Series(f.get("line", []), dtype=pl.Int64),
+            "name": pl.Series(f.get("name", []), dtype=pl.String),
+        }
+    )
+    stacks_list = f.get("stacks", [])
+    stacks = (
+        pl.DataFrame({"stack_id": pl.Series(range(len(stacks_list)), dtype=pl.UInt32), "frame_id": pl.Series(stacks_list, dtype=pl.List(pl.UInt32))})
+        .explode("frame_id")
+        .drop_nulls("frame_id")
+        .with_columns(depth=pl.int_range(pl.len(), dtype=pl.UInt32).over("stack_id"))
+        .select("stack_id", "depth", "frame_id")
+    )
+    return frames, stacks
+
+
+def frame_tables(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``(frames, stacks)``: ``frames`` has one row per distinct frame (``frame_id``,
+    ``filename``, ``line``, ``name``); ``stacks`` one row per frame of each stack (``stack_id``
+    — the events' ``stack_id`` —, ``depth`` from 0 = innermost, ``frame_id``)."""
+    return _frame_tables(trace)
+
+
+def call_sites(trace: Trace) -> pl.DataFrame:
+    """One row per stack: ``stack_id``, ``call_site`` (innermost frame of the user's code,
+    else the innermost frame), ``innermost_frame``, ``call_site_file``, ``call_site_line``."""
+    frames, stacks = _frame_tables(trace)
+    label = pl.format("{} ({}:{})", pl.col("name"), pl.col("filename"), pl.col("line"))
+    j = stacks.join(frames, on="frame_id").with_columns(label=label, library=pl.col("filename").str.contains(_LIBRARY))
+    innermost = j.sort("depth").group_by("stack_id", maintain_order=True).first().select("stack_id", innermost_frame="label")
+    user = (
+        j.filter(~pl.col("library"))
+        .sort("depth")
+        .group_by("stack_id", maintain_order=True)
+        .first()
+        .select("stack_id", call_site="label", call_site_file="filename", call_site_line="line")
+    )
+    first = j.sort("depth").group_by("stack_id", maintain_order=True).first().select("stack_id", f="filename", l="line")
+    return (
+        innermost.join(user, on="stack_id", how="left")
+        .join(first, on="stack_id", how="left")
+        .with_columns(
+            call_site=pl.coalesce("call_site", "innermost_frame"),
+            call_site_file=pl.coalesce("call_site_file", "f"),
+            call_site_line=pl.coalesce("call_site_line", "l"),
+        )
+        .select("stack_id", "call_site", "innermost_frame", "call_site_file", "call_site_line")
+        .sort("stack_id")
+    )
+
+
+@dataclass(frozen=True)
+class State:
+    """A policy's state right after one event, per device.
+
+    - ``summary``: one row per device: ``policy``, ``device``, ``event``, ``time_ns``,
+      ``allocated_bytes``, ``reserved_bytes``, ``capacity_bytes``, ``largest_free_block_bytes``
+      (largest free hole of any segment), ``free_cached_bytes`` (all free holes),
+      ``live_allocations``, ``first_oom_event``, ``first_oom_requested_bytes``,
+      ``first_oom_alloc_bytes`` (what the policy tried to obtain from the device).
+    - ``live``: the allocations live then (see :func:`live_allocations`).
+    - ``blocks``: every block of every segment: ``segment``, ``addr``, ``size``, ``allocated``
+      (false: a free hole), ``alloc_id``.
+    - ``segments``: see :func:`segments`.
+    """
+
+    summary: pl.DataFrame
+    live: pl.DataFrame
+    blocks: pl.DataFrame
+    segments: pl.DataFrame
+
+
+def _trace(trace: Trace | str | os.PathLike[str]) -> Trace:
+    from allocreplay._api import Trace, load
+
+    return trace if isinstance(trace, Trace) else load(trace)
+
+
+def _capacity(capacity: str | float | None) -> str | None:
+    from allocreplay._api import _capacity_arg
+
+    return _capacity_arg(capacity)
+
+
+def state(trace: Trace | str | os.PathLike[str], policy: str = "pytorch", *, at: str | int = "peak", capacity: str | float | None = None) -> State:
+    """The state of ``policy`` at ``at`` on every device of ``trace`` (for ``at="oom"``, the
+    devices where the policy failed a request)."""
+    t = _trace(trace)
+    s, live, blocks, segs, _ = _core.state_at(t._inner, policy, str(at), _capacity(capacity), False)
+    return State(pl.DataFrame(s), pl.DataFrame(live), pl.DataFrame(blocks), pl.DataFrame(segs))
+
+
+def _with_call_sites(t: Trace, df: pl.DataFrame) -> pl.DataFrame:
+    sites = call_sites(t).select("stack_id", "call_site", "innermost_frame")
+    return df.join(sites, on="stack_id", how="left")
+
+
+def live_allocations(
+    trace: Trace | str | os.PathLike[str], policy: str = "pytorch", *, at: str | int = "peak", capacity: str | float | None = None
+) -> pl.DataFrame:
+    """The allocations live at ``at`` (default: the peak of reserved bytes), largest first.
+
+    Columns: ``policy``, ``device``, ``event`` (the state's), ``alloc_id``, ``alloc_event``
+    (row of its ``alloc``), ``addr``, ``size`` (bytes the policy set aside: block / chunk),
+    ``requested_bytes`` (what the program asked for), ``stream``, ``pool``, ``segment`` (base of
+    the segment holding it), ``stack_id``, ``free_requested`` (freed by the program, still held
+    for another stream), ``age_events`` (trace rows since its alloc), ``age_ns`` (null without
+    timestamps), ``call_site``, ``innermost_frame``.
+    """
+    t = _trace(trace)
+    return _with_call_sites(t, state(t, policy, at=at, capacity=capacity).live).sort("size", "alloc_id", descending=[True, False])
+
+
+def top_call_sites(
+    trace: Trace | str | os.PathLike[str], policy: str = "pytorch", *, at: str | int = "peak", capacity: str | float | None = None, n: int | None = 10
+) -> pl.DataFrame:
+    """Call sites ranked by the bytes of their allocations live at ``at``.
+
+    Columns: ``policy``, ``device``, ``call_site`` (null: no stack recorded), ``bytes`` (blocks
+    held), ``requested_bytes``, ``allocations``, ``share`` (of the bytes held by all live
+    allocations of the device). ``n``: rows kept per device (None: all)."""
+    live = live_allocations(trace, policy, at=at, capacity=capacity)
+    out = (
+        live.group_by("policy", "device", "call_site")
+        .agg(bytes=pl.col("size").sum(), requested_bytes=pl.col("requested_bytes").sum(), allocations=pl.len().cast(pl.UInt32))
+        .with_columns(share=pl.col("bytes") / pl.col("bytes").sum().over("policy", "device"))
+        .sort(["device", "bytes", "call_site"], descending=[False, True, False], nulls_last=True)
+    )
+    return out.group_by("policy", "device", maintain_order=True).head(n) if n is not None else out
+
+
+def segments(trace: Trace | str | os.PathLike[str], policy: str = "pytorch", *, at: str | int = "peak", capacity: str | float | None = None) -> pl.DataFrame:
+    """The segments the policy holds at ``at``, with their free holes.
+
+    Columns: ``policy``, ``device``, ``event``, ``addr``, ``size``, ``stream``, ``pool``,
+    ``kind`` (``small``/``large`` for PyTorch, ``region`` for BFC...), ``allocated_bytes``,
+    ``free_bytes`` (free holes in all), ``blocks``, ``holes`` (free blocks), ``largest_hole_bytes``."""
+    return state(trace, policy, at=at, capacity=capacity).segments
+
+
+def holes(trace: Trace | str | os.PathLike[str], policy: str = "pytorch", *, at: str | int = "peak", capacity: str | float | None = None) -> pl.DataFrame:
+    """The free holes (cached free blocks) at ``at``, largest first: ``policy``, ``device``,
+    ``event``, ``segment``, ``addr``, ``size``."""
+    b = state(trace, policy, at=at, capacity=capacity).blocks
+    return b.filter(~pl.col("allocated")).drop("allocated", "alloc_id").sort("size", descending=True)
+
+
+def fragmentation(result: ReplayResult) -> pl.DataFrame:
+    """Fragmentation over time from a replay's timeline: ``policy``, ``device``, ``event``,
+    ``time_ns``, ``allocated_bytes``, ``reserved_bytes``, ``unused_bytes`` (reserved −
+    allocated: held from the device but serving no allocation), ``fragmentation`` (unused /
+    reserved; null while nothing is reserved). Lazy-friendly: plain expressions."""
+    return result.timeline.with_columns(unused_bytes=(pl.col("reserved_bytes").cast(pl.Int64) - pl.col("allocated_bytes").cast(pl.Int64))).with_columns(
+        fragmentation=pl.when(pl.col("reserved_bytes") > 0).then(pl.col("unused_bytes") / pl.col("reserved_bytes")).otherwise(None)
+    )
+
+
+def oom(trace: Trace | str | os.PathLike[str], policy: str = "pytorch", *, capacity: str | float | None = None) -> pl.DataFrame:
+    """The first request the policy failed, per device (no rows: no OOM).
+
+    Columns: ``policy``, ``device``, ``event``, ``time_ns``, ``requested_bytes``,
+    ``alloc_bytes`` (what the policy tried to obtain from the device), ``allocated_bytes``,
+    ``reserved_bytes``, ``capacity_bytes``, ``headroom_bytes`` (capacity − reserved),
+    ``largest_free_block_bytes``, ``free_cached_bytes``, ``fragmented`` (true when the cached
+    free holes plus the headroom would hold the request but no hole is large enough: the
+    memory is there, in pieces), ``call_site``."""
+    t = _trace(trace)
+    s = state(t, policy, at="oom", capacity=capacity).summary
+    ev = t.events.with_row_index("event").select(pl.col("event").cast(pl.UInt64), "stack_id")
+    out = (
+        s.join(ev, on="event", how="left")
+        .with_columns(
+            requested_bytes=pl.col("first_oom_requested_bytes"),
+            alloc_bytes=pl.col("first_oom_alloc_bytes"),
+            headroom_bytes=(pl.col("capacity_bytes").cast(pl.Int64) - pl.col("reserved_bytes").cast(pl.Int64)).clip(lower_bound=0),
+        )
+        .with_columns(
+            fragmented=(pl.col("largest_free_block_bytes") < pl.col("alloc_bytes"))
+            & ((pl.col("free_cached_bytes").cast(pl.Int64) + pl.col("headroom_bytes")) >= pl.col("alloc_bytes").cast(pl.Int64))
+        )
+    )
+    out = _with_call_sites(t, out)
+    return out.select(
+        "policy",
+        "device",
+        "event",
+        "time_ns",
+        "requested_bytes",
+        "alloc_bytes",
+        "allocated_bytes",
+        "reserved_bytes",
+        "capacity_bytes",
+        "headroom_bytes",
+        "largest_free_block_bytes",
+        "free_cached_bytes",
+        "fragmented",
+        "call_site",
+    )
+
+
+def diff(trace: Trace | str | os.PathLike[str], policy_a: str, policy_b: str, *, at: str | int = "peak", capacity: str | float | None = None) -> pl.DataFrame:
+    """Per call site, the bytes live at each policy's own ``at`` (default: its peak reserved):
+    where does ``policy_b`` hold less or more than ``policy_a``?
+
+    Columns: ``device``, ``call_site``, ``bytes_a``, ``bytes_b`` (blocks held; 0 where the call
+    site has nothing live), ``delta_bytes`` (b − a), ``requested_bytes_a``, ``requested_bytes_b``;
+    sorted by the size of the difference."""
+    t = _trace(trace)
+
+    def side(policy: str, tag: str) -> pl.DataFrame:
+        return top_call_sites(t, policy, at=at, capacity=capacity, n=None).select(
+            "device", "call_site", pl.col("bytes").alias(f"bytes_{tag}"), pl.col("requested_bytes").alias(f"requested_bytes_{tag}")
+        )
+
+    j = side(policy_a, "a").join(side(policy_b, "b"), on=["device", "call_site"], how="full", coalesce=True, nulls_equal=True)
+    j = j.with_columns(pl.col(c).fill_null(0) for c in ("bytes_a", "bytes_b", "requested_bytes_a", "requested_bytes_b"))
+    return (
+        j.with_columns(delta_bytes=pl.col("bytes_b").cast(pl.Int64) - pl.col("bytes_a").cast(pl.Int64))
+        .sort([pl.col("delta_bytes").abs(), "call_site"], descending=[True, False], nulls_last=True)
+        .select("device", "call_site", "bytes_a", "bytes_b", "delta_bytes", "requested_bytes_a", "requested_bytes_b")
+    )
+
+
+def diff_timeline(result: ReplayResult, policy_a: str, policy_b: str) -> pl.DataFrame:
+    """Over time, ``policy_b`` against ``policy_a`` of one replay (both in ``result``; the
+    timelines share their event buckets): ``device``, ``event``, ``time_ns``,
+    ``reserved_bytes_a``/``_b``, ``allocated_bytes_a``/``_b``, ``reserved_delta_bytes``
+    (b − a; negative where b saves memory), ``allocated_delta_bytes``."""
+    tl = result.timeline
+    known = set(tl["policy"].unique().to_list())
+    for p in (policy_a, policy_b):
+        if p not in known:
+            raise _core.InvalidArgumentError(f"policy {p!r} is not in this replay (it has: {', '.join(sorted(known))})")
+
+    def side(p: str, tag: str) -> pl.DataFrame:
+        return tl.filter(pl.col("policy") == p).select(
+            "device", "event", "time_ns", pl.col("reserved_bytes").alias(f"reserved_bytes_{tag}"), pl.col("allocated_bytes").alias(f"allocated_bytes_{tag}")
+        )
+
+    j = side(policy_a, "a").join(side(policy_b, "b").drop("time_ns"), on=["device", "event"], how="inner")
+    return j.with_columns(
+        reserved_delta_bytes=pl.col("reserved_bytes_b").cast(pl.Int64) - pl.col("reserved_bytes_a").cast(pl.Int64),
+        allocated_delta_bytes=pl.col("allocated_bytes_b").cast(pl.Int64) - pl.col("allocated_bytes_a").cast(pl.Int64),
+    ).sort("device", "event")
+
+
+def compare(trace: Trace, result: ReplayResult) -> pl.DataFrame:
+    """A replay's policies ranked per device: those that fit first, then by peak reserved
+    bytes, then by device calls (``allocreplay compare``).
+
+    Columns: ``rank`` (1 = best, per device), ``policy``, ``device``, ``peak_reserved_bytes``,
+    ``peak_allocated_bytes``, ``efficiency`` (peak allocated / peak reserved: the share of the
+    reserved peak that held data; null for a zero peak), ``device_calls`` (device allocations
+    + frees: cudaMalloc/cudaFree, maps/unmaps), ``num_alloc_retries``, ``num_ooms``, ``oom``
+    (true: the policy failed a request), ``first_oom_event``, ``first_oom_requested_bytes``,
+    ``first_oom_call_site``, ``capacity_bytes``."""
+    s = result.summary
+    ev = trace.events.with_row_index("first_oom_event").select(pl.col("first_oom_event").cast(pl.UInt64), "stack_id")
+    sites = call_sites(trace).select("stack_id", first_oom_call_site="call_site")
+    out = (
+        s.join(ev, on="first_oom_event", how="left")
+        .join(sites, on="stack_id", how="left")
+        .with_columns(
+            efficiency=pl.when(pl.col("peak_reserved_bytes") > 0).then(pl.col("peak_allocated_bytes") / pl.col("peak_reserved_bytes")).otherwise(None),
+            device_calls=pl.col("num_device_alloc") + pl.col("num_device_free"),
+            oom=pl.col("num_ooms") > 0,
+        )
+        .sort(["device", "oom", "peak_reserved_bytes", "device_calls", "policy"])
+        .with_columns(rank=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32).over("device"))
+    )
+    return out.select(
+        "rank",
+        "policy",
+        "device",
+        "peak_reserved_bytes",
+        "peak_allocated_bytes",
+        "efficiency",
+        "device_calls",
+        "num_alloc_retries",
+        "num_ooms",
+        "oom",
+        "first_oom_event",
+        "first_oom_requested_bytes",
+        "first_oom_call_site",
+        "capacity_bytes",
+    )

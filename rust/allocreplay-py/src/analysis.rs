@@ -1,0 +1,172 @@
+//! Bindings of `allocreplay.analysis`, `Trace.from_events`, the snapshot export and progress
+//! counting: the state of a policy at one event (allocations live, segments, blocks and holes,
+//! the history for export) as Arrow tables, a trace from Arrow record batches, and a replay
+//! that counts its progress into a counter Python polls while the GIL is released.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use allocreplay_core::analysis::{self, At, StateRequest};
+use allocreplay_core::error::Error;
+use allocreplay_core::import::{self, ImportOptions, LoadProgress};
+use allocreplay_core::replay::{self as core_replay, ReplayRequest};
+use allocreplay_core::units;
+use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
+use arrow_array::RecordBatch;
+use arrow_array::RecordBatchReader;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use super::{to_py, PyReplayResult, PyTable, PyTrace, STREAM_NAME};
+
+/// Work done so far by a replay (trace rows walked; `total` when it is done), read from any
+/// thread while the replay runs with the GIL released.
+#[pyclass(frozen, module = "allocreplay._core", name = "Progress")]
+pub(crate) struct PyProgress {
+    inner: Arc<LoadProgress>,
+}
+
+#[pymethods]
+impl PyProgress {
+    #[new]
+    fn new() -> Self {
+        PyProgress { inner: Arc::new(LoadProgress::default()) }
+    }
+
+    #[getter]
+    fn done(&self) -> u64 {
+        self.inner.done.load(Ordering::Relaxed)
+    }
+
+    #[getter]
+    fn total(&self) -> u64 {
+        self.inner.total.load(Ordering::Relaxed)
+    }
+}
+
+/// `load`, counting the bytes of the file read (decompressed) so far into `progress`.
+#[pyfunction]
+#[pyo3(signature = (path, progress, meta=None, allocator=None))]
+fn load_progress(
+    py: Python<'_>,
+    path: PathBuf,
+    progress: &PyProgress,
+    meta: Option<PathBuf>,
+    allocator: Option<String>,
+) -> PyResult<PyTrace> {
+    let opts = ImportOptions { meta, allocator };
+    let p = progress.inner.clone();
+    p.done.store(0, Ordering::Relaxed);
+    p.total.store(0, Ordering::Relaxed);
+    let t = py.detach(move || import::load_with_progress(&path, &opts, Some(&p))).map_err(|e| to_py(py, e))?;
+    Ok(PyTrace { inner: Arc::new(t) })
+}
+
+/// `replay` counting its progress into `progress` (see `allocreplay.progress`).
+#[pyfunction]
+#[pyo3(signature = (trace, policies, progress, capacity=None, timeline_points=2000, placements=true))]
+fn replay_progress(
+    py: Python<'_>,
+    trace: &PyTrace,
+    policies: Vec<String>,
+    progress: &PyProgress,
+    capacity: Option<&str>,
+    timeline_points: usize,
+    placements: bool,
+) -> PyResult<PyReplayResult> {
+    let capacity = capacity.map(units::parse_capacity).transpose().map_err(|e| to_py(py, e))?;
+    let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
+    let t = trace.inner.clone();
+    let p = progress.inner.clone();
+    p.done.store(0, Ordering::Relaxed);
+    p.total.store(core_replay::progress_total(&t, &req), Ordering::Relaxed);
+    let batches = py
+        .detach(move || {
+            core_replay::replay_with_progress(&t, &req, &|spec, ctx| allocreplay_core::policy::build(spec, ctx), Some(&p.done)).map(
+                |runs| {
+                    (
+                        core_replay::summary_batch(&runs),
+                        core_replay::timeline_batch(&runs),
+                        core_replay::segments_batch(&runs),
+                        core_replay::placements_batch(&runs),
+                    )
+                },
+            )
+        })
+        .map_err(|e| to_py(py, e))?;
+    let table = |batch| Py::new(py, PyTable { batch });
+    Ok(PyReplayResult {
+        summary: table(batches.0)?,
+        timeline: table(batches.1)?,
+        segments: table(batches.2)?,
+        placements: table(batches.3)?,
+    })
+}
+
+/// The state of `policy` at `at` (`peak`, `peak_allocated`, `oom`, `end` or an event index)
+/// on every device: (states, live allocations, blocks, segments, history) tables; the
+/// history (for export) is empty unless `history`.
+#[pyfunction]
+#[pyo3(signature = (trace, policy, at="peak", capacity=None, history=false))]
+fn state_at(
+    py: Python<'_>,
+    trace: &PyTrace,
+    policy: String,
+    at: &str,
+    capacity: Option<&str>,
+    history: bool,
+) -> PyResult<(PyTable, PyTable, PyTable, PyTable, PyTable)> {
+    let at = At::parse(at).map_err(|e| to_py(py, e))?;
+    let capacity = capacity.map(units::parse_capacity).transpose().map_err(|e| to_py(py, e))?;
+    let t = trace.inner.clone();
+    let req = StateRequest { policy, capacity, at, history };
+    let b = py
+        .detach(move || {
+            analysis::state_at(&t, &req).map(|states| {
+                let h = if history {
+                    allocreplay_core::export::history_batch(&t, &states)
+                } else {
+                    allocreplay_core::export::history_batch(&t, &[])
+                };
+                (
+                    analysis::states_batch(&states),
+                    analysis::live_batch(&states),
+                    analysis::blocks_batch(&states),
+                    analysis::segments_batch(&states),
+                    h,
+                )
+            })
+        })
+        .map_err(|e| to_py(py, e))?;
+    Ok((PyTable { batch: b.0 }, PyTable { batch: b.1 }, PyTable { batch: b.2 }, PyTable { batch: b.3 }, PyTable { batch: b.4 }))
+}
+
+/// A trace from an object exporting an Arrow C stream (a pyarrow Table with a trace's schema
+/// and schema metadata), checked as an `.arrow` file is; `origin` names it in errors.
+#[pyfunction]
+fn trace_from_arrow(py: Python<'_>, data: Bound<'_, PyAny>, origin: String) -> PyResult<PyTrace> {
+    let capsule = data.call_method1("__arrow_c_stream__", (py.None(),))?;
+    let capsule = capsule.cast::<PyCapsule>()?;
+    let ptr = capsule.pointer_checked(Some(STREAM_NAME))?;
+    // SAFETY: the capsule holds an FFI_ArrowArrayStream (checked by name); `from_raw` moves it
+    // out and leaves a released stream behind for the capsule's destructor.
+    let stream = unsafe { FFI_ArrowArrayStream::from_raw(ptr.as_ptr().cast()) };
+    let origin_path = Path::new(&origin).to_path_buf();
+    let reader = RecordBatchStreamReader::try_new(stream)
+        .map_err(|e| to_py(py, Error::format(&origin_path, format!("not an Arrow stream: {e}"))))?;
+    let schema = reader.schema();
+    let batches: Vec<RecordBatch> =
+        reader.collect::<Result<_, _>>().map_err(|e| to_py(py, Error::format(&origin_path, format!("corrupt Arrow record batch: {e}"))))?;
+    let t = py.detach(move || allocreplay_core::trace::trace_from_batches(schema, batches, &origin_path)).map_err(|e| to_py(py, e))?;
+    Ok(PyTrace { inner: Arc::new(t) })
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyProgress>()?;
+    m.add_function(wrap_pyfunction!(replay_progress, m)?)?;
+    m.add_function(wrap_pyfunction!(load_progress, m)?)?;
+    m.add_function(wrap_pyfunction!(state_at, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_from_arrow, m)?)?;
+    Ok(())
+}
