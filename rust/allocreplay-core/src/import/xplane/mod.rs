@@ -50,7 +50,8 @@ pub fn import_xplane(path: &Path, data: Vec<u8>, opts: &ImportOptions) -> Result
 
 /// A profile directory: `<logdir>`, `<logdir>/plugins/profile`, or one run
 /// `<logdir>/plugins/profile/<run>/`. The newest run (runs are named by their start time) is
-/// used; a run must hold exactly one `*.xplane.pb` (one per host).
+/// used; the directory chosen must hold exactly one `*.xplane.pb` (several are several hosts of
+/// one run, or separate runs copied together: which one to import is the user's call).
 pub fn find_in_profile_dir(dir: &Path) -> Result<PathBuf> {
     let here = xplane_files(dir)?;
     if !here.is_empty() {
@@ -91,7 +92,7 @@ fn one_capture(dir: &Path, files: Vec<PathBuf>) -> Result<PathBuf> {
     }
     let names: Vec<String> = files.iter().filter_map(|f| f.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
     Err(Error::InvalidArgument(format!(
-        "{}: holds {} captures (one per host): {}; name the file to import",
+        "{}: holds {} profiler captures ({}); name the one to import",
         dir.display(),
         files.len(),
         names.join(", ")
