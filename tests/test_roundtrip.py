@@ -31,7 +31,7 @@ def test_import_save_load_round_trips(tmp_path, src):
     assert a.equals(b, check_metadata=True)
     assert t.events.equals(back.events)
     assert back.metadata == t.metadata
-    assert back.frames == t.frames
+    assert back.frames.equals(t.frames) and back.stacks.equals(t.stacks)
     # Any Arrow reader opens the file, and sees the same table.
     with pa.ipc.open_file(out) as f:
         assert f.read_all().equals(a, check_metadata=True)

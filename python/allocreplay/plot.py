@@ -6,9 +6,9 @@ Needs matplotlib (``pip install 'allocreplay[plot]'``)."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
-from allocreplay import _core
+from allocreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from allocreplay._api import ReplayResult
@@ -16,27 +16,29 @@ if TYPE_CHECKING:
 __all__ = ["plot_timeline"]
 
 
-def _pyplot():
+def _pyplot() -> Any:
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise _core.InvalidArgumentError("plotting needs matplotlib: pip install 'allocreplay[plot]' (or pip install matplotlib)") from e
+        raise InvalidArgumentError("plotting needs matplotlib: pip install 'allocreplay[plot]' (or pip install matplotlib)") from e
     return plt
 
 
-def plot_timeline(result: ReplayResult, path: str | os.PathLike[str], *, title: str | None = None) -> None:
+def plot_timeline(result: ReplayResult, path: str | os.PathLike[str] | IO[bytes], *, title: str | None = None, format: str | None = None) -> None:
     """Writes the timeline of every (policy, device) of ``result`` to ``path`` (PNG, SVG, PDF:
-    by extension)."""
+    by extension, or ``format``), or into a binary file object. Policies that could not run
+    (an ``error`` in their summary row) have nothing to draw."""
     plt = _pyplot()
     timeline, summary = result.timeline, result.summary
     devices = sorted(summary["device"].unique().to_list())
     fig, axes = plt.subplots(len(devices), 1, figsize=(11, 4.2 * len(devices)), squeeze=False, sharex=False)
     gib = float(2**30)
     for ax, dev in zip(axes[:, 0], devices):
-        for k, row in enumerate(summary.filter(summary["device"] == dev).iter_rows(named=True)):
+        ran = summary.filter((summary["device"] == dev) & summary["error"].is_null())
+        for k, row in enumerate(ran.iter_rows(named=True)):
             color = f"C{k % 10}"
             t = timeline.filter((timeline["policy"] == row["policy"]) & (timeline["device"] == dev))
             if t.height:
@@ -65,5 +67,5 @@ def plot_timeline(result: ReplayResult, path: str | os.PathLike[str], *, title: 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    fig.savefig(os.fspath(path), dpi=110)
+    fig.savefig(os.fspath(path) if isinstance(path, (str, os.PathLike)) else path, dpi=110, format=format)
     plt.close(fig)
