@@ -57,6 +57,10 @@ class _Cli(click.Group):
         except AllocReplayError as e:
             _fail(str(e))
             rv = EXIT_ERROR
+        except OSError as e:
+            # Writing an output failed (disk full, permissions...): the file and the reason.
+            _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
+            rv = EXIT_ERROR
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -148,15 +152,13 @@ OUT_PATH = click.Path(dir_okay=False, allow_dash=True, path_type=str)
 
 
 def _check_output(path: str | None) -> None:
-    """Fails now, before any work, when ``path`` cannot be written: its folder is missing or
-    it is a folder."""
+    """Fails now, before any work, when the folder of ``path`` is missing (``click.Path``
+    has refused a folder as ``path``)."""
     if path is None or path == "-":
         return
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise click.ClickException(f"{path}: the folder {folder} does not exist")
-    if os.path.isdir(path):
-        raise click.ClickException(f"{path}: is a folder; give a file name")
 
 
 def _one_stdout(*outputs: tuple[str, str | None]) -> bool:
@@ -285,11 +287,13 @@ def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None)
         click.echo(f"{k:<{width}}  {v}")
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
+def _table(rows: list[list[str]], header: list[str], text_columns: Sequence[int] = (0,)) -> str:
+    """Columns of text (the policy, an error) are aligned left, numbers right."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    left = {i % len(header) for i in text_columns}
 
     def fmt(r: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
 
     return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)])
 
@@ -390,12 +394,14 @@ def replay_cmd(
         header.insert(-1, "migrated")
         for row, r in zip(rows, summary.iter_rows(named=True)):
             row.insert(-1, "-" if r["error"] else f"{r['pages_migrated']:,} pages, {_gib(r['bytes_migrated'])}")
+    text_columns = [0]
     if summary["error"].null_count() < summary.height:
         # A policy that could not run on this trace: its reason, in its own row.
         header.append("error")
+        text_columns.append(-1)
         for row, r in zip(rows, summary.iter_rows(named=True)):
             row.append(" ".join((r["error"] or "").split()))
-    report.append(_table(rows, header))
+    report.append(_table(rows, header, text_columns))
     click.echo("\n".join(report), err=stdout_taken)
 
 
