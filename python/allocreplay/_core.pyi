@@ -4,18 +4,41 @@ The properties of the typed results are the Rust structs' fields; tests/test_typ
 each against a real object (its presence, its type, and the keys of ``to_dict()``)."""
 
 from os import PathLike
-from typing import Any, Final
+from typing import Any, Final, final
+
+__all__ = [
+    "FORMAT_VERSION",
+    "POLICY_NAMES",
+    "BfcValidationReport",
+    "ReplayResult",
+    "Table",
+    "Trace",
+    "TraceInfo",
+    "ValidationReport",
+    "__version__",
+    "format_bytes",
+    "load",
+    "offline",
+    "parse_capacity",
+    "plan",
+    "replay",
+    "validate",
+    "validate_bfc",
+    "xla_runtime_trace",
+]
 
 __version__: Final[str]
 FORMAT_VERSION: Final[int]
 POLICY_NAMES: Final[list[str]]
 
+@final
 class Table:
     """A result table (one Arrow record batch) exported through the Arrow C stream interface."""
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
     def __len__(self) -> int: ...
 
+@final
 class TraceInfo:
     """Counts and recorded peaks of a trace; ``to_dict()`` is ``info --json``."""
 
@@ -56,8 +79,9 @@ class TraceInfo:
     @property
     def duration_s(self) -> float | None: ...
     def to_dict(self) -> dict[str, Any]: ...
-    def __getitem__(self, key: str) -> Any: ...
+    def __getitem__(self, key: str, /) -> Any: ...
 
+@final
 class ValidationReport:
     """One device of a PyTorch snapshot replayed under its recorded settings."""
 
@@ -104,8 +128,9 @@ class ValidationReport:
     @property
     def ok(self) -> bool: ...
     def to_dict(self) -> dict[str, Any]: ...
-    def __getitem__(self, key: str) -> Any: ...
+    def __getitem__(self, key: str, /) -> Any: ...
 
+@final
 class BfcValidationReport:
     """One device of a TensorFlow / JAX profiler capture replayed event by event under BFC."""
 
@@ -160,8 +185,9 @@ class BfcValidationReport:
     @property
     def ok(self) -> bool: ...
     def to_dict(self) -> dict[str, Any]: ...
-    def __getitem__(self, key: str) -> Any: ...
+    def __getitem__(self, key: str, /) -> Any: ...
 
+@final
 class Trace:
     """A trace held in Rust; its events are exported through the Arrow C stream interface."""
 
@@ -177,6 +203,7 @@ class Trace:
     def save(self, path: str | PathLike[str], device: int | None = None, metadata: dict[str, Any] | None = None) -> None: ...
     def ipc_bytes(self) -> bytes: ...
 
+@final
 class ReplayResult:
     @property
     def summary(self) -> Table: ...

@@ -13,7 +13,12 @@ impl Trace {
     /// The events of `device` only. The metadata keeps that device's entry and its recorded
     /// stats (`extra.recorded_stats`, keyed by device), and `seeded` says whether the events
     /// kept include seeds.
+    /// A device without events is an error (an empty trace is never what the caller meant).
     pub fn select_device(&self, device: i32) -> Result<Trace> {
+        let devices = self.devices();
+        if !devices.contains(&device) {
+            return Err(Error::InvalidArgument(format!("the trace has no events on device {device} (devices: {devices:?})")));
+        }
         let batch = self.batch();
         let keep: BooleanArray = batch.column(5).as_primitive::<Int32Type>().values().iter().map(|&d| Some(d == device)).collect();
         let filtered = arrow_select::filter::filter_record_batch(batch, &keep)
@@ -96,6 +101,7 @@ mod tests {
         let d0 = t.select_device(0).unwrap();
         assert_eq!(d0.num_events(), 2);
         assert!(d0.metadata.seeded);
+        assert!(matches!(t.select_device(2), Err(Error::InvalidArgument(m)) if m.contains("device 2")));
     }
 
     #[test]
