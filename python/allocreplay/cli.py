@@ -57,6 +57,9 @@ class _Cli(click.Group):
         except AllocReplayError as e:
             _fail(str(e))
             rv = EXIT_ERROR
+        except BrokenPipeError:  # outside a command (see invoke)
+            _silence_stdout()
+            rv = 0
         except OSError as e:
             # Writing an output failed (disk full, permissions...): the file and the reason.
             _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
