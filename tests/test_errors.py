@@ -226,3 +226,17 @@ def test_errors_are_the_builtins_a_caller_catches(tmp_path):
     with pytest.raises(ValueError) as info:
         allocreplay.parse_capacity("12XB")
     assert type(info.value) is errors.InvalidArgumentError
+
+
+def test_an_argument_that_does_not_fit_the_file_names_it_in_path(tmp_path):
+    # An allocator the capture does not hold (shared/traces/README.md: jaxlm has GPU_0_bfc and
+    # xla_gpu_host_bfc): a ValueError whose .path is the capture.
+    jax = TRACES.parent.parent / "shared" / "traces" / "jax" / "jaxlm__default.xplane.pb.xz"
+    assert jax.is_file(), f"missing fixture {jax}: shared/ must sit beside the repository"
+    with pytest.raises(ValueError) as info:
+        allocreplay.load(jax, allocator="GPU_7_bfc")
+    assert type(info.value) is errors.InvalidArgumentError and info.value.path == str(jax)
+    assert str(info.value).startswith(f"{jax}: ") and "xla_gpu_host_bfc" in str(info.value)
+    with pytest.raises(errors.InvalidArgumentError) as info:
+        allocreplay.xla_runtime(TRACES / "jax_train.xla_dump", program="no_such_program")
+    assert info.value.path == str(TRACES / "jax_train.xla_dump")

@@ -48,7 +48,7 @@ fn class_name(e: &Error) -> &'static str {
         Error::UnknownFormat { .. } => "UnknownFormatError",
         Error::Schema { .. } => "SchemaError",
         Error::PolicySpec(_) => "PolicySpecError",
-        Error::InvalidArgument(_) => "InvalidArgumentError",
+        Error::InvalidArgument(_) | Error::InvalidInput { .. } => "InvalidArgumentError",
         Error::Replay(_) => "ReplayError",
     }
 }
@@ -62,7 +62,8 @@ fn core_error(py: Python<'_>, e: Error) -> PyErr {
         | Error::Format { path, .. }
         | Error::UnsafePickle { path, .. }
         | Error::UnknownFormat { path, .. }
-        | Error::Schema { path, .. } => Some(path.display().to_string()),
+        | Error::Schema { path, .. }
+        | Error::InvalidInput { path, .. } => Some(path.display().to_string()),
         Error::PolicySpec(_) | Error::InvalidArgument(_) | Error::Replay(_) => None,
     };
     let errno = match &e {

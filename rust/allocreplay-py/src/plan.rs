@@ -46,15 +46,15 @@ pub fn xla_runtime_trace(py: Python<'_>, path: PathBuf, program: Option<String>,
         let temp = |p: &XlaProgram| -> i64 { p.allocations.iter().filter(|a| a.is_preallocated_temp()).map(|a| a.size).sum() };
         let chosen = match &program {
             Some(name) => programs.iter().find(|p| p.program.contains(name.as_str())).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "{}: no program matching '{name}'; programs: {}",
-                    path.display(),
-                    programs.iter().map(|p| p.program.as_str()).collect::<Vec<_>>().join(", ")
-                ))
+                Error::invalid_input(
+                    &path,
+                    format!(
+                        "no program matching '{name}'; programs: {}",
+                        programs.iter().map(|p| p.program.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                )
             })?,
-            None => {
-                programs.iter().max_by_key(|p| temp(p)).ok_or_else(|| Error::InvalidArgument(format!("{}: no programs", path.display())))?
-            }
+            None => programs.iter().max_by_key(|p| temp(p)).ok_or_else(|| Error::invalid_input(&path, "no programs"))?,
         };
         runtime_trace(chosen, calls.max(1))
     })?;
