@@ -143,6 +143,8 @@ def test_typed_fields_exist_with_their_declared_types(cls, keys):
     # The stub, the object and the JSON keys name the same fields.
     assert set(declared) == keys
     assert set(obj.to_dict()) == keys
+    # --json prints the fields in the struct's order, which the stub follows.
+    assert list(obj.to_dict()) == list(declared)
     actual = {n for n in dir(obj) if not n.startswith("_") and n != "to_dict"}
     # Scripts written when these were dicts still index them by key.
     assert all(obj[k] is getattr(obj, k) or obj[k] == getattr(obj, k) for k in keys)
