@@ -48,10 +48,12 @@ def pytorch_section(shared: Path) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for pickle in sorted((shared / "traces/pytorch").glob("*.pickle.xz")):
-        results = cli("validate", str(pickle))
-        for v in results if isinstance(results, list) else [results]:
+        report = cli("validate", str(pickle))
+        assert isinstance(report, dict)
+        # One report per device under "devices" (a single device's is also the top level).
+        for v in report["devices"]:
             name = pickle.name.removesuffix(".pickle.xz")
-            if len(results) > 1 if isinstance(results, list) else False:
+            if len(report["devices"]) > 1:
                 name += f" (device {v['device']})"
             lines.append(
                 f"| {name} | {v['allocs']} | {v['address_match']:.4f} | "
@@ -259,20 +261,26 @@ def project_traces_section(shared: Path) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for path in sorted((ROOT / "traces").glob("*.arrow")):
-        v = cli("validate", str(path))
-        if "chunk_match" in v:
-            detail, rec, rep, extra = (
-                f"chunks {v['chunk_match']:.4f}, in use {v['in_use_match']:.4f}",
-                v.get("peak_in_use_recorded"),
-                v["peak_in_use_replayed"],
-                "—",
-            )
-        else:
-            detail = "identical" if v["segment_events_match"] else "differ"
-            rec, rep = v["peak_reserved_recorded"], v["peak_reserved_replayed"]
-            extra = f"{v.get('num_alloc_retries_recorded')}/{v.get('num_ooms_recorded')} → {v['num_alloc_retries_replayed']}/{v['num_ooms_replayed']}"
-        lines.append(f"| {path.name} | {v['address_match']:.4f} | {detail} | {rec} | {rep} | {extra} | {'✅' if v['ok'] else '❌'} |")
+        report = cli("validate", str(path))
+        assert isinstance(report, dict)
+        for v in report["devices"]:
+            lines.append(_project_row(path.name if len(report["devices"]) == 1 else f"{path.name} (device {v['device']})", v))
     return lines
+
+
+def _project_row(name: str, v: dict) -> str:
+    if "chunk_match" in v:
+        detail, rec, rep, extra = (
+            f"chunks {v['chunk_match']:.4f}, in use {v['in_use_match']:.4f}",
+            v.get("peak_in_use_recorded"),
+            v["peak_in_use_replayed"],
+            "—",
+        )
+    else:
+        detail = "identical" if v["segment_events_match"] else "differ"
+        rec, rep = v["peak_reserved_recorded"], v["peak_reserved_replayed"]
+        extra = f"{v.get('num_alloc_retries_recorded')}/{v.get('num_ooms_recorded')} → {v['num_alloc_retries_replayed']}/{v['num_ooms_replayed']}"
+    return f"| {name} | {v['address_match']:.4f} | {detail} | {rec} | {rep} | {extra} | {'✅' if v['ok'] else '❌'} |"
 
 
 SECTIONS = [pytorch_section, cross_config_section, bfc_section, xla_section, cuda_section, offline_section, project_traces_section]

@@ -194,7 +194,7 @@ def test_one_trace_per_device_across_processes(tmp_path):
     assert not (tmp_path / "ddp.arrow").exists()
     for rank, (peak_alloc, peak_reserved) in enumerate([(10075877888, 10815012864), (11199406592, 13895729152)]):
         path = tmp_path / f"ddp.dev{rank}.arrow"
-        assert allocreplay.load(path).info()["devices"] == [rank]
+        assert allocreplay.load(path).info().devices == [rank]
         report = validate(path)
         stats = truth(f"ddp2gpu__default_rank{rank}")["memory_stats_per_device"][str(rank)]
         assert report["ok"] is True
@@ -361,7 +361,7 @@ def test_tf_cpu_capture_replays_event_exact(tmp_path):
     assert report["ok"] is True
     assert report["chunk_match"] == 1.0 and report["in_use_match"] == 1.0
     assert report["peak_in_use_replayed"] == report["peak_in_use_recorded"] > 0
-    assert report["events"] == trace.info()["events"] > 100
+    assert report["events"] == trace.info().events > 100
 
 
 @needs_tf
@@ -446,7 +446,7 @@ def test_shipped_jax_captures_validate_event_by_event(name):
     truth = _recorded_stats(md)  # jax Device.memory_stats() of the real run, at its exit
     report = validate(path)
     assert report["ok"] is True and report["chunk_match"] == 1.0 and report["in_use_match"] == 1.0
-    assert report["events"] == trace.info()["events"] == 2092
+    assert report["events"] == trace.info().events == 2092
     assert report["peak_in_use_replayed"] == truth["peak_bytes_in_use"]
     assert report["pool_bytes_replayed"] == truth["pool_bytes"]
     # Preallocation takes the whole BFC limit up front; growing on demand takes what is used.

@@ -5,6 +5,7 @@ the Python API."""
 from __future__ import annotations
 
 import collections
+import errno
 import lzma
 import pickle
 import re
@@ -139,7 +140,8 @@ def test_usage_errors_are_one_line(run_cli, tmp_path):
 def test_unwritable_output_names_the_file(run_cli, tmp_path):
     out = tmp_path / "no" / "such" / "dir" / "t.arrow"
     r = run_cli("import", GOOD, "-o", out)
-    assert_one_line_error(r, out, "No such file")
+    assert_one_line_error(r, out, "does not exist")
+    assert not (tmp_path / "no").exists()
 
 
 def test_exception_hierarchy():
@@ -153,6 +155,7 @@ def test_exception_hierarchy():
         "InvalidArgumentError",
         "ReplayError",
         "CaptureError",
+        "TraceNotFoundError",
     ]
     for n in names:
         cls = getattr(errors, n)
@@ -190,3 +193,50 @@ def test_progress_shows_only_on_a_terminal_and_is_erased(monkeypatch):
     with cli_mod._Progress("loading big.pickle"):
         time.sleep(1.3)
     assert pipe.getvalue() == ""
+
+
+def test_errors_are_the_builtins_a_caller_catches(tmp_path):
+    missing = tmp_path / "missing.pickle"
+    # A missing file is an OSError, and a FileNotFoundError, with its errno and path.
+    with pytest.raises(FileNotFoundError) as info:
+        allocreplay.load(missing)
+    assert isinstance(info.value, errors.TraceIOError) and isinstance(info.value, errors.TraceNotFoundError)
+    assert info.value.errno == errno.ENOENT and info.value.path == str(missing)
+    assert str(info.value).startswith(f"{missing}: ")
+    try:
+        allocreplay.load(missing)
+    except OSError as e:
+        assert e.path == str(missing)  # type: ignore[attr-defined]
+    # Writing under a regular file: an OSError that is not "not found".
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(OSError) as info:
+        allocreplay.load(GOOD).save(blocker / "t.arrow")
+    assert isinstance(info.value, errors.TraceIOError) and not isinstance(info.value, FileNotFoundError)
+    assert info.value.path == str(blocker / "t.arrow") and info.value.errno == errno.ENOTDIR
+    # Bad files and bad arguments are ValueErrors.
+    for case in ("truncated_pickle", "class_instance", "text_file", "plain_arrow"):
+        path, exc, _ = bad_inputs(tmp_path)[case]
+        with pytest.raises(ValueError) as info:
+            allocreplay.load(path)
+        assert type(info.value) is exc and info.value.path == str(path)
+    with pytest.raises(ValueError) as info:
+        allocreplay.replay(allocreplay.load(GOOD), ["nosuch"])
+    assert type(info.value) is errors.PolicySpecError and info.value.path is None
+    with pytest.raises(ValueError) as info:
+        allocreplay.parse_capacity("12XB")
+    assert type(info.value) is errors.InvalidArgumentError
+
+
+def test_an_argument_that_does_not_fit_the_file_names_it_in_path(tmp_path):
+    # An allocator the capture does not hold (shared/traces/README.md: jaxlm has GPU_0_bfc and
+    # xla_gpu_host_bfc): a ValueError whose .path is the capture.
+    jax = TRACES.parent.parent / "shared" / "traces" / "jax" / "jaxlm__default.xplane.pb.xz"
+    assert jax.is_file(), f"missing fixture {jax}: shared/ must sit beside the repository"
+    with pytest.raises(ValueError) as info:
+        allocreplay.load(jax, allocator="GPU_7_bfc")
+    assert type(info.value) is errors.InvalidArgumentError and info.value.path == str(jax)
+    assert str(info.value).startswith(f"{jax}: ") and "xla_gpu_host_bfc" in str(info.value)
+    with pytest.raises(errors.InvalidArgumentError) as info:
+        allocreplay.xla_runtime(TRACES / "jax_train.xla_dump", program="no_such_program")
+    assert info.value.path == str(TRACES / "jax_train.xla_dump")

@@ -13,7 +13,7 @@ MIB = 2**20
 
 def test_round_trip_of_a_real_trace_replays_the_same(tmp_path):
     t = allocreplay.load(TRACES / "two_streams__default.pickle.xz")
-    t2 = allocreplay.Trace.from_events(t.events, metadata=t.metadata, frames=t.frames)
+    t2 = allocreplay.Trace.from_events(t.events, metadata=t.metadata, frames=t.frames, stacks=t.stacks)
     assert t2.events.equals(t.events)
     assert t2.metadata == t.metadata
     a = allocreplay.replay(t, ["pytorch", "pytorch:expandable_segments:True"]).summary.drop("replay_seconds")
@@ -23,7 +23,7 @@ def test_round_trip_of_a_real_trace_replays_the_same(tmp_path):
     assert a["peak_reserved_bytes"][0] == 3_011_510_272
     # And through Arrow, with the schema metadata: taken as it is.
     t3 = allocreplay.Trace.from_arrow(t.to_arrow())
-    assert t3.events.equals(t.events) and t3.frames == t.frames
+    assert t3.events.equals(t.events) and t3.frames.equals(t.frames) and t3.stacks.equals(t.stacks)
     t3.save(tmp_path / "t3.arrow")
     assert allocreplay.load(tmp_path / "t3.arrow").events.equals(t.events)
 
@@ -31,9 +31,9 @@ def test_round_trip_of_a_real_trace_replays_the_same(tmp_path):
 def test_round_trip_keeps_the_stacks():
     # torch_train.arrow was captured with Python stacks (allocreplay capture --stacks python).
     t = allocreplay.load(TRACES / "torch_train.arrow")
-    assert t.frames["stacks"]
-    t2 = allocreplay.Trace.from_events(t.events, metadata=t.metadata, frames=t.frames)
-    assert t2.frames == t.frames and t2.events.equals(t.events)
+    assert t.stacks.height > 0
+    t2 = allocreplay.Trace.from_events(t.events, metadata=t.metadata, frames=t.frames, stacks=t.stacks)
+    assert t2.frames.equals(t.frames) and t2.stacks.equals(t.stacks) and t2.events.equals(t.events)
     from allocreplay import analysis
 
     assert analysis.top_call_sites(t2, "pytorch").equals(analysis.top_call_sites(t, "pytorch"))

@@ -31,7 +31,7 @@ def test_import_save_load_round_trips(tmp_path, src):
     assert a.equals(b, check_metadata=True)
     assert t.events.equals(back.events)
     assert back.metadata == t.metadata
-    assert back.frames == t.frames
+    assert back.frames.equals(t.frames) and back.stacks.equals(t.stacks)
     # Any Arrow reader opens the file, and sees the same table.
     with pa.ipc.open_file(out) as f:
         assert f.read_all().equals(a, check_metadata=True)
@@ -104,3 +104,21 @@ def test_meta_option_supplies_total_memory(tmp_path):
     meta.write_text(json.dumps({"device_total_bytes": 80 * 2**30, "cap_bytes": 40 * 2**30}))
     d = allocreplay.load(src, meta=meta).metadata["devices"][0]
     assert (d["total_memory"], d["memory_cap"]) == (80 * 2**30, 40 * 2**30)
+
+
+def test_save_keeps_one_device_and_applies_metadata_overrides(tmp_path):
+    # The writer capture uses for each device of a multi-device run (capture/_convert.py).
+    src = allocreplay.load(TRACES / "torch_ddp.dev1.arrow")
+    out = tmp_path / "d.arrow"
+    src.save(out, device=1, metadata={"source_path": None, "extra": {"note": "kept"}})
+    back = allocreplay.load(out)
+    assert back.info().devices == [1] and len(back) == len(src)
+    assert back.metadata["source_path"] is None and back.metadata["extra"]["note"] == "kept"
+    # The other extra keys are merged, not replaced.
+    assert set(src.metadata["extra"]) <= set(back.metadata["extra"])
+    # A device the trace does not hold, or a bad override: ValueError, and the file is kept.
+    with pytest.raises(ValueError, match="no events on device 0"):
+        src.save(out, device=0)
+    assert allocreplay.load(out).info().devices == [1]
+    with pytest.raises(ValueError, match="metadata override"):
+        src.save(out, metadata={"devices": "not a list"})

@@ -9,7 +9,7 @@ import json
 import pytest
 
 import allocreplay
-from conftest import TRACES, run_subprocess, shared_pytorch_pickles, sidecar
+from conftest import TRACES, load_snapshot, run_subprocess, shared, shared_pytorch_pickles, sidecar
 
 
 def _stats(path, device):
@@ -86,3 +86,37 @@ def test_validate_takes_bfc_profiler_captures():
     assert report["peak_in_use_replayed"] == report["peak_in_use_recorded"]
     readable = run_subprocess("validate", path)
     assert readable.code == 0 and "bfc_cpu_allocator_for_gpu" in readable.out and "OK" in readable.out
+
+
+def test_validate_json_of_two_devices_reports_each_and_impersonates_none(tmp_path):
+    # One snapshot holding both DDP ranks' histories (rank 0's device 0, rank 1's device 1;
+    # each rank's own snapshot has the other device empty). Truth: shared/traces/README.md,
+    # rank 0 peak reserved 10815012864, rank 1 13895729152.
+    import pickle
+
+    rank0 = load_snapshot(shared("ddp2gpu__default_rank0.pickle.xz"))
+    rank1 = load_snapshot(shared("ddp2gpu__default_rank1.pickle.xz"))
+    both = dict(rank0, segments=rank0["segments"] + rank1["segments"], device_traces=[rank0["device_traces"][0], rank1["device_traces"][1]])
+    path = tmp_path / "ddp_both.pickle"
+    path.write_bytes(pickle.dumps(both))
+    run = run_subprocess("validate", path, "--json")
+    assert run.code == 0, run.err
+    report = json.loads(run.out)
+    # No device's keys at the top level: only the verdict over all devices, and each device.
+    assert set(report) == {"ok", "devices"} and report["ok"] is True
+    assert [d["device"] for d in report["devices"]] == [0, 1]
+    assert [d["peak_reserved_replayed"] for d in report["devices"]] == [10815012864, 13895729152]
+    assert all(d["address_match"] == 1.0 and d["segment_events_match"] for d in report["devices"])
+    readable = run_subprocess("validate", path)
+    assert readable.code == 0 and "device 0:" in readable.out and "device 1:" in readable.out
+
+
+def test_validate_takes_the_allocator_option(run_cli):
+    # JAX captures hold the device allocator and the pinned-host one (shared/traces/README.md).
+    path = TRACES.parent.parent / "shared" / "traces" / "jax" / "jaxlm__default.xplane.pb.xz"
+    assert path.is_file(), f"missing fixture {path}"
+    r = run_cli("validate", path, "--allocator", "GPU_0_bfc", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["allocator"] == "GPU_0_bfc"
+    r = run_cli("validate", path, "--allocator", "GPU_7_bfc")
+    assert r.code == 2 and r.err.count("\n") == 1 and "GPU_7_bfc" in r.err and "xla_gpu_host_bfc" in r.err

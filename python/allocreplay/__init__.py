@@ -8,8 +8,8 @@
 """
 
 from allocreplay import errors
-from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc, xla_runtime
-from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, __version__
+from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc, validate_reports, xla_runtime
+from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, BfcValidationReport, TraceInfo, ValidationReport, __version__
 from allocreplay.capture import Capture, capture
 from allocreplay.errors import (
     AllocReplayError,
@@ -20,6 +20,7 @@ from allocreplay.errors import (
     SchemaError,
     TraceFormatError,
     TraceIOError,
+    TraceNotFoundError,
     UnknownFormatError,
     UnsafePickleError,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "FORMAT_VERSION",
     "POLICY_NAMES",
     "AllocReplayError",
+    "BfcValidationReport",
     "Capture",
     "CaptureError",
     "InvalidArgumentError",
@@ -38,8 +40,11 @@ __all__ = [
     "Trace",
     "TraceFormatError",
     "TraceIOError",
+    "TraceInfo",
+    "TraceNotFoundError",
     "UnknownFormatError",
     "UnsafePickleError",
+    "ValidationReport",
     "__version__",
     "capture",
     "errors",
@@ -50,5 +55,6 @@ __all__ = [
     "replay",
     "validate",
     "validate_bfc",
+    "validate_reports",
     "xla_runtime",
 ]

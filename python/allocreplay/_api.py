@@ -7,7 +7,6 @@ Python objects.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from functools import cached_property
@@ -16,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from allocreplay import _core
+from allocreplay._core import BfcValidationReport, TraceInfo, ValidationReport
+from allocreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -25,7 +26,8 @@ class Trace:
     """An allocation trace: one row per event (see ``traces/README.md`` for every column).
 
     Get one with :func:`load`. ``events`` is a Polars DataFrame, ``metadata`` a dict,
-    ``to_arrow()`` a pyarrow Table (schema metadata included), ``save(path)`` writes ``.arrow``.
+    ``frames`` / ``stacks`` Polars DataFrames, ``info()`` a :class:`TraceInfo`, ``to_arrow()`` a
+    pyarrow Table (schema metadata included), ``save(path)`` writes ``.arrow``.
     """
 
     __slots__ = ("__dict__", "_inner")
@@ -51,16 +53,21 @@ class Trace:
     @cached_property
     def metadata(self) -> dict[str, Any]:
         """Trace-level metadata: format_version, source, devices, pools, allocator_settings..."""
-        return json.loads(self._inner.metadata_json())
+        return self._inner.metadata
 
     @cached_property
-    def frames(self) -> dict[str, Any]:
-        """Stack frames: ``filename``/``line``/``name`` per frame, ``stacks`` (frame ids,
-        innermost first) indexed by the ``stack_id`` column."""
-        return json.loads(self._inner.frames_json())
+    def frames(self) -> pl.DataFrame:
+        """Stack frames, one row each: ``frame_id``, ``filename``, ``line``, ``name``."""
+        return pl.DataFrame(self._inner.frames)
 
     @classmethod
-    def from_events(cls, df: pl.DataFrame | pa.Table, metadata: dict[str, Any] | None = None, frames: dict[str, Any] | None = None) -> Trace:
+    def from_events(
+        cls,
+        df: pl.DataFrame | pa.Table,
+        metadata: dict[str, Any] | None = None,
+        frames: dict[str, Any] | pl.DataFrame | None = None,
+        stacks: pl.DataFrame | None = None,
+    ) -> Trace:
         """A trace from a table of events, one row per event (see ``traces/README.md``).
 
         Needed: ``action`` (names such as ``"alloc"``, or codes) and ``size``. Optional:
@@ -68,25 +75,35 @@ class Trace:
         ``addr``, ``stream``, ``device``, ``pool`` (0 by default), ``time_ns``, ``seed``
         (false), ``stack_id``, and the optional columns of the format. ``metadata``: keys of the
         trace metadata to set (``devices=[{"index": 0, "total_memory": ...}]``,
-        ``allocator_settings``...); ``frames``: a frame table dict as ``Trace.frames``.
+        ``allocator_settings``...); ``frames`` and ``stacks``: the tables ``Trace.frames`` and
+        ``Trace.stacks`` (or one dict in the stored form: filename, line, name, stacks).
         Checked as an ``.arrow`` file is; a problem raises ``InvalidArgumentError`` or
         ``SchemaError`` naming ``<Trace.from_events>``.
         """
         from allocreplay._build import from_events
 
-        return from_events(df, metadata, frames)
+        return from_events(df, metadata, frames, stacks)
 
     @classmethod
-    def from_arrow(cls, table: Any, metadata: dict[str, Any] | None = None, frames: dict[str, Any] | None = None) -> Trace:
+    def from_arrow(
+        cls, table: Any, metadata: dict[str, Any] | None = None, frames: dict[str, Any] | pl.DataFrame | None = None, stacks: pl.DataFrame | None = None
+    ) -> Trace:
         """A trace from an Arrow table: one with a trace's schema metadata (``to_arrow()``)
         as it is, any other through :meth:`from_events`."""
         from allocreplay._build import from_arrow
 
-        return from_arrow(table, metadata, frames)
+        return from_arrow(table, metadata, frames, stacks)
 
-    def info(self) -> dict[str, Any]:
-        """The numbers ``allocreplay info --json`` prints (counts, recorded peaks, duration)."""
-        return json.loads(self._inner.info_json())
+    @cached_property
+    def stacks(self) -> pl.DataFrame:
+        """Stacks, one row per frame: ``stack_id`` (the events' ``stack_id`` column), ``depth``
+        (0 the innermost frame) and ``frame_id`` (a row of :attr:`frames`)."""
+        return pl.DataFrame(self._inner.stacks)
+
+    def info(self) -> TraceInfo:
+        """Counts, recorded peaks and duration, one attribute each; ``info().to_dict()`` is
+        what ``allocreplay info --json`` prints."""
+        return self._inner.info()
 
     def to_arrow(self) -> pa.Table:
         """The events as a pyarrow Table, with the trace's schema metadata."""
@@ -94,9 +111,18 @@ class Trace:
 
         return pa.RecordBatchReader.from_stream(self._inner).read_all()
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Writes the trace as an Arrow IPC file (``.arrow``), readable by :func:`load`."""
-        self._inner.save(os.fspath(path))
+    def save(self, path: str | os.PathLike[str], *, device: int | None = None, metadata: dict[str, Any] | None = None) -> None:
+        """Writes the trace as an Arrow IPC file (``.arrow``), readable by :func:`load`;
+        atomically (a temporary file beside ``path``, renamed once complete).
+
+        ``device``: keep only that device's events (and its entries of the metadata).
+        ``metadata``: keys to replace in the metadata (nested dicts merge key by key).
+        """
+        self._inner.save(os.fspath(path), device, metadata)
+
+    def ipc_bytes(self) -> bytes:
+        """The bytes :meth:`save` would write."""
+        return self._inner.ipc_bytes()
 
 
 def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = None, allocator: str | None = None) -> Trace:
@@ -150,7 +176,7 @@ def _capacity_arg(capacity: str | float | None) -> str | None:
     if capacity is None:
         return None
     if isinstance(capacity, bool):
-        raise _core.InvalidArgumentError(f"capacity {capacity!r}: expected bytes, a size string or a fraction")
+        raise InvalidArgumentError(f"capacity {capacity!r}: expected bytes, a size string or a fraction")
     if isinstance(capacity, float):
         return repr(capacity) if "." in repr(capacity) else f"{capacity:.6f}"
     return str(capacity)
@@ -188,7 +214,8 @@ def validate_bfc(trace: Trace | str | os.PathLike[str], policy: str | None = Non
     """
     if not isinstance(trace, Trace):
         trace = load(trace)
-    return json.loads(_core.validate_bfc(trace._inner, device, policy))
+    report: dict[str, Any] = _core.validate_bfc(trace._inner, device, policy).to_dict()
+    return report
 
 
 def parse_capacity(text: str) -> int | float:
@@ -203,36 +230,45 @@ def validate(trace: Trace | str | os.PathLike[str]) -> dict[str, Any]:
     Returns a dict with ``address_match`` (share of allocations placed at the recorded
     address), ``segment_events_match`` (segment allocs/frees/maps/unmaps identical in order and
     size), ``peak_reserved_recorded`` / ``peak_reserved_replayed``, retries and OOMs against the
-    run's metadata, and ``ok``; with several devices, every device's report under ``devices``.
+    run's metadata, and ``ok`` (BFC captures: the keys of :func:`validate_bfc`). One device:
+    its report, and itself again under ``devices``; several: only ``ok`` (all of them) and
+    ``devices``, one report each. :func:`validate_reports` gives the typed reports.
     """
+    return validation_dict(validate_reports(trace))
+
+
+Report = ValidationReport | BfcValidationReport
+
+
+def validate_reports(trace: Trace | str | os.PathLike[str]) -> list[Report]:
+    """:func:`validate`'s reports as typed objects, one per device (ascending):
+    :class:`ValidationReport` for a PyTorch snapshot, :class:`BfcValidationReport` for a
+    TensorFlow / JAX profiler capture."""
     if not isinstance(trace, Trace):
         trace = load(trace)
-    return json.loads(_core.validate_json(trace._inner))
+    return _core.validate(trace._inner)
 
 
-_PLAN_SCHEMA = {
-    "program": pl.String,
-    "recorded_temp_bytes": pl.Int64,
-    "planned_temp_bytes": pl.Int64,
-    "lower_bound_bytes": pl.Int64,
-    "argument_bytes": pl.Int64,
-    "output_bytes": pl.Int64,
-}
+def validation_dict(reports: Sequence[Report]) -> dict[str, Any]:
+    """The JSON object ``validate --json`` prints for these reports (see :func:`validate`)."""
+    per_device: list[dict[str, Any]] = [r.to_dict() for r in reports]
+    if len(per_device) == 1:
+        return {**per_device[0], "devices": per_device}
+    return {"ok": all(r.ok for r in reports), "devices": per_device}
 
 
 def plan(dump_dir: str | os.PathLike[str]) -> pl.DataFrame:
     """XLA's buffer assignment of every program in an XLA dump directory (``--xla_dump_to``):
     one row per program with the recorded preallocated-temp size, ours (XLA's heap planner
     replayed), the max-live lower bound, and the argument and output bytes."""
-    rows = json.loads(_core.plan_json(os.fspath(dump_dir)))
-    return pl.DataFrame(rows, schema=_PLAN_SCHEMA, orient="row") if rows else pl.DataFrame(schema=_PLAN_SCHEMA)
+    return pl.DataFrame(_core.plan(os.fspath(dump_dir)))
 
 
 def offline(trace: Trace, alignment: int | None = None) -> pl.DataFrame:
     """The ``ideal`` (max live bytes) and ``offline`` (XLA's best-fit plan knowing every
     lifetime) peaks of each device of ``trace``; sizes rounded to ``alignment`` (default 512
     bytes for PyTorch traces, 256 otherwise)."""
-    return pl.DataFrame(json.loads(_core.offline_json(trace._inner, alignment or 0)))
+    return pl.DataFrame(_core.offline(trace._inner, alignment or 0))
 
 
 def xla_runtime(dump_dir: str | os.PathLike[str], program: str | None = None, calls: int = 3) -> Trace:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
 from allocreplay import _core
+from allocreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,8 +43,8 @@ _OPTIONAL: dict[str, Any] = {
 ORIGIN = "<Trace.from_events>"
 
 
-def _fail(message: str) -> _core.InvalidArgumentError:
-    return _core.InvalidArgumentError(f"{ORIGIN}: {message}")
+def _fail(message: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{ORIGIN}: {message}")
 
 
 def _action_codes(col: pl.Series) -> pl.Series:
@@ -123,8 +124,32 @@ def _metadata(df: pl.DataFrame, given: Mapping[str, Any] | None) -> dict[str, An
     return md
 
 
-def from_events(df: pl.DataFrame | pa.Table, metadata: Mapping[str, Any] | None = None, frames: Mapping[str, Any] | None = None) -> Trace:
+def frame_table_dict(frames: pl.DataFrame, stacks: pl.DataFrame) -> dict[str, list[Any]]:
+    """The stored form of a frame table (``traces/README.md``: ``allocreplay.frames``) from
+    ``Trace.frames`` and ``Trace.stacks``."""
+    frames = frames.sort("frame_id")
+    if frames.height and frames["frame_id"].to_list() != list(range(frames.height)):
+        raise _fail("frames: frame_id must number the frames 0, 1, 2, ...")
+    by_stack = stacks.sort("stack_id", "depth").group_by("stack_id", maintain_order=True).agg(pl.col("frame_id"))
+    count = int(cast(int, by_stack["stack_id"].max())) + 1 if by_stack.height else 0
+    stack_lists: list[list[int]] = [[] for _ in range(count)]
+    for sid, fids in by_stack.iter_rows():
+        stack_lists[sid] = list(fids)
+    return {"filename": frames["filename"].to_list(), "line": frames["line"].to_list(), "name": frames["name"].to_list(), "stacks": stack_lists}
+
+
+def from_events(
+    df: pl.DataFrame | pa.Table,
+    metadata: Mapping[str, Any] | None = None,
+    frames: Mapping[str, Any] | pl.DataFrame | None = None,
+    stacks: pl.DataFrame | None = None,
+) -> Trace:
     from allocreplay._api import Trace
+
+    if isinstance(frames, pl.DataFrame):
+        if stacks is None:
+            raise _fail("frames given as a table needs stacks too (Trace.frames and Trace.stacks)")
+        frames = frame_table_dict(frames, stacks)
 
     if not isinstance(df, pl.DataFrame):
         df = pl.DataFrame(df)
@@ -146,7 +171,9 @@ def from_events(df: pl.DataFrame | pa.Table, metadata: Mapping[str, Any] | None 
     return Trace(_core.trace_from_arrow(table, ORIGIN))
 
 
-def from_arrow(table: Any, metadata: Mapping[str, Any] | None = None, frames: Mapping[str, Any] | None = None) -> Trace:
+def from_arrow(
+    table: Any, metadata: Mapping[str, Any] | None = None, frames: Mapping[str, Any] | pl.DataFrame | None = None, stacks: pl.DataFrame | None = None
+) -> Trace:
     """A table that already is a trace (``Trace.to_arrow()``, ``pyarrow.ipc`` read of an
     ``.arrow`` file: its schema metadata says so) is taken as it is; any other Arrow table
     goes through :func:`from_events`."""
@@ -158,4 +185,4 @@ def from_arrow(table: Any, metadata: Mapping[str, Any] | None = None, frames: Ma
         table = pa.table(table)
     if metadata is None and frames is None and b"allocreplay.format_version" in (table.schema.metadata or {}):
         return Trace(_core.trace_from_arrow(table, "<Trace.from_arrow>"))
-    return from_events(pl.DataFrame(table), metadata, frames)
+    return from_events(pl.DataFrame(table), metadata, frames, stacks)

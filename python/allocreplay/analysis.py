@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from allocreplay import _core
+from allocreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from allocreplay._api import ReplayResult, Trace
@@ -48,29 +49,9 @@ _LIBRARY = r"(site-packages|dist-packages|/lib/python\d+(\.\d+)?/|^<frozen )"
 
 
 def _frame_tables(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The trace's frame table as two frames: ``frames(frame_id, filename, line, name)`` and
-    ``stacks(stack_id, depth, frame_id)`` (depth 0 = innermost). Built from ``Trace.frames``
-    (today a dict from JSON); the one place to change when the bindings hand these over as
-    tables."""
-    f = trace.frames
-    names = f.get("filename", [])
-    frames = pl.DataFrame(
-        {
-            "frame_id": pl.Series(range(len(names)), dtype=pl.UInt32),
-            "filename": pl.Series(names, dtype=pl.String),
-            "line": pl.Series(f.get("line", []), dtype=pl.Int64),
-            "name": pl.Series(f.get("name", []), dtype=pl.String),
-        }
-    )
-    stacks_list = f.get("stacks", [])
-    stacks = (
-        pl.DataFrame({"stack_id": pl.Series(range(len(stacks_list)), dtype=pl.UInt32), "frame_id": pl.Series(stacks_list, dtype=pl.List(pl.UInt32))})
-        .explode("frame_id")
-        .drop_nulls("frame_id")
-        .with_columns(depth=pl.int_range(pl.len(), dtype=pl.UInt32).over("stack_id"))
-        .select("stack_id", "depth", "frame_id")
-    )
-    return frames, stacks
+    """``Trace.frames`` and ``Trace.stacks``: ``frames(frame_id, filename, line, name)`` and
+    ``stacks(stack_id, depth, frame_id)`` (depth 0 = innermost), as the core builds them."""
+    return trace.frames, trace.stacks
 
 
 def frame_tables(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -289,7 +270,7 @@ def diff_timeline(result: ReplayResult, policy_a: str, policy_b: str) -> pl.Data
     known = set(tl["policy"].unique().to_list())
     for p in (policy_a, policy_b):
         if p not in known:
-            raise _core.InvalidArgumentError(f"policy {p!r} is not in this replay (it has: {', '.join(sorted(known))})")
+            raise InvalidArgumentError(f"policy {p!r} is not in this replay (it has: {', '.join(sorted(known))})")
 
     def side(p: str, tag: str) -> pl.DataFrame:
         return tl.filter(pl.col("policy") == p).select(

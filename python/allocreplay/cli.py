@@ -1,7 +1,10 @@
 """The ``allocreplay`` command line: ``import``, ``info``, ``replay``, ``validate``, ``plan``, ``capture``.
 
 Every error — a bad file, a bad option — is one line on stderr, ``error: <file>: <what is
-wrong>``, and exit code 2; never a traceback.
+wrong>``, and exit code 2; never a traceback. Files a command writes (``-o``, ``--plot``,
+``--runtime``) are checked before the work starts, written atomically (a temporary file beside
+the target, renamed once complete) and ``-`` writes them to stdout. A closed pipe
+(``allocreplay info X | head -1``) ends the command quietly with exit code 0.
 """
 
 from __future__ import annotations
@@ -9,15 +12,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any
 
 import click
 
 from allocreplay import _core
-from allocreplay._api import Trace
+from allocreplay._api import Trace, validate_reports, validation_dict
 from allocreplay._api import plan as _plan
-from allocreplay._api import validate as _validate
+from allocreplay._core import BfcValidationReport, ValidationReport
 from allocreplay.errors import AllocReplayError
 from allocreplay.progress import Bar
 from allocreplay.progress import load as _load_progress
@@ -38,10 +42,10 @@ class _Cli(click.Group):
 
     def main(
         self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None, standalone_mode: bool = True, **extra: Any
-    ) -> Any:  # type: ignore[override]
+    ) -> Any:
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except _NO_ARGS_IS_HELP as e:  # type: ignore[misc]
+        except _NO_ARGS_IS_HELP as e:
             click.echo(e.ctx.get_help() if e.ctx else str(e))
             rv = 0
         except click.ClickException as e:
@@ -53,11 +57,37 @@ class _Cli(click.Group):
         except AllocReplayError as e:
             _fail(str(e))
             rv = EXIT_ERROR
-        except BrokenPipeError:
+        except BrokenPipeError:  # outside a command (see invoke)
+            _silence_stdout()
             rv = 0
+        except OSError as e:
+            # Writing an output failed (disk full, permissions...): the file and the reason.
+            _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
+            rv = EXIT_ERROR
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # Caught here, before click's own handler turns a closed pipe into exit code 1 (which
+        # `validate` uses for "the replay differs").
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _silence_stdout()
+            ctx.exit(0)
+
+
+def _silence_stdout() -> None:
+    """After the reader of stdout went away: point stdout at /dev/null, so that the flush at
+    exit does not fail again (and print "Exception ignored ...")."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (click's CliRunner)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
@@ -87,6 +117,63 @@ def _load(path: str, meta: str | None, allocator: str | None = None, quiet: bool
     return _load_progress(path, meta, allocator, quiet=quiet)
 
 
+# A trace to read: a file, or a profiler's directory; missing files are the core's to report
+# (with the path, as every error does).
+TRACE_PATH = click.Path(dir_okay=True, path_type=str)
+# A file to write; "-" is stdout.
+OUT_PATH = click.Path(dir_okay=False, allow_dash=True, path_type=str)
+
+
+def _check_output(path: str | None) -> None:
+    """Fails now, before any work, when the folder of ``path`` is missing (``click.Path``
+    has refused a folder as ``path``)."""
+    if path is None or path == "-":
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise click.ClickException(f"{path}: the folder {folder} does not exist")
+
+
+def _one_stdout(*outputs: tuple[str, str | None]) -> bool:
+    """True when one of the outputs is stdout (``-``); two of them cannot both be."""
+    on_stdout = [name for name, path in outputs if path == "-"]
+    if len(on_stdout) > 1:
+        raise click.UsageError(f"{' and '.join(on_stdout)} cannot both write to stdout")
+    return bool(on_stdout)
+
+
+@contextmanager
+def _atomic(path: str) -> Iterator[str]:
+    """A temporary path beside ``path``, renamed to it when the block completes and removed if
+    it fails: a reader never sees a partial file."""
+    folder, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _write_binary(path: str, writer: Callable[[IO[bytes]], object]) -> None:
+    """Writes ``path`` (``-``: stdout) with ``writer``, atomically."""
+    if path == "-":
+        out = sys.stdout.buffer
+        writer(out)
+        out.flush()
+        return
+    with _atomic(path) as tmp, open(tmp, "wb") as f:
+        writer(f)
+
+
+def _save_trace(trace: Trace, path: str) -> None:
+    if path == "-":
+        _write_binary(path, lambda f: f.write(trace.ipc_bytes()))
+    else:
+        trace.save(path)  # the core's writer, atomic too
+
+
 _allocator_option = click.option(
     "--allocator",
     metavar="NAME",
@@ -94,17 +181,26 @@ _allocator_option = click.option(
 )
 
 
+_meta_option = click.option("--meta", type=click.Path(dir_okay=False, path_type=str), metavar="JSON", help="Capture metadata for a raw source (see `import`).")
+
+
 @cli.command("import")
-@click.argument("src")
-@click.option("-o", "--output", "out", required=True, metavar="OUT.arrow", help="Where to write the trace (Arrow IPC).")
-@click.option("--meta", metavar="JSON", help="Capture metadata (total memory, memory cap); default: NAME.json beside NAME.pickle.xz.")
+@click.argument("src", type=TRACE_PATH)
+@click.option("-o", "--output", "out", type=OUT_PATH, required=True, metavar="OUT.arrow", help="Where to write the trace (Arrow IPC; - for stdout).")
+@click.option(
+    "--meta",
+    type=click.Path(dir_okay=False, path_type=str),
+    metavar="JSON",
+    help="Capture metadata (total memory, memory cap); default: NAME.json beside NAME.pickle.xz.",
+)
 @_allocator_option
 def import_cmd(src: str, out: str, meta: str | None, allocator: str | None) -> None:
     """Import a raw capture SRC into the canonical .arrow trace format."""
+    _check_output(out)
     trace = _load(src, meta, allocator)
-    trace.save(out)
+    _save_trace(trace, out)
     info = trace.info()
-    click.echo(f"{out}: {info['events']:,} events ({info['allocs']:,} allocs, {info['frees']:,} frees) from {src}", err=True)
+    click.echo(f"{out}: {info.events:,} events ({info.allocs:,} allocs, {info.frees:,} frees) from {src}", err=True)
 
 
 def _device_line(md: dict[str, Any], index: int) -> str:
@@ -118,28 +214,28 @@ def _device_line(md: dict[str, Any], index: int) -> str:
 
 
 @cli.command("info")
-@click.argument("trace")
+@click.argument("trace", type=TRACE_PATH)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
+@_meta_option
 @_allocator_option
 def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None) -> None:
     """Counts and recorded peaks of a TRACE."""
     t = _load(trace, meta, allocator)
     info = t.info()
     if as_json:
-        click.echo(json.dumps(info))
+        click.echo(json.dumps(info.to_dict()))
         return
     md = t.metadata
-    source = " ".join(p for p in (info["source"], info.get("source_version")) if p)
+    source = " ".join(p for p in (info.source, info.source_version) if p)
     rows = [
         ("trace", trace),
-        ("source", f"{source} (format version {info['format_version']})"),
-        ("devices", "; ".join(_device_line(md, d) for d in info["devices"]) or "-"),
-        ("events", f"{info['events']:,}"),
-        ("allocs / frees", f"{info['allocs']:,} / {info['frees']:,} (free requests {info['free_requests']:,})"),
-        ("segment events", f"{info['segment_events']:,}"),
-        ("OOMs recorded", f"{info['ooms']:,}"),
-        ("streams / pools", f"{info['streams']} / {info['pools']}"),
+        ("source", f"{source} (format version {info.format_version})"),
+        ("devices", "; ".join(_device_line(md, d) for d in info.devices) or "-"),
+        ("events", f"{info.events:,}"),
+        ("allocs / frees", f"{info.allocs:,} / {info.frees:,} (free requests {info.free_requests:,})"),
+        ("segment events", f"{info.segment_events:,}"),
+        ("OOMs recorded", f"{info.ooms:,}"),
+        ("streams / pools", f"{info.streams} / {info.pools}"),
     ]
     bfc = md.get("allocator_settings") if md.get("source") == "xplane" else None
     if isinstance(bfc, dict):
@@ -150,28 +246,33 @@ def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None)
             )
         )
     if md.get("seeded"):
-        rows.append(("seeded", f"history truncated: {info['seed_allocs']:,} live allocations and {info['seed_segments']:,} segments from the final state"))
+        rows.append(("seeded", f"history truncated: {info.seed_allocs:,} live allocations and {info.seed_segments:,} segments from the final state"))
     rows += [
-        ("peak live requested", _gib(info["peak_live_requested_bytes"])),
+        ("peak live requested", _gib(info.peak_live_requested_bytes)),
         (
             "recorded peak reserved",
-            _gib(info["recorded_peak_reserved_bytes"]) if info["recorded_peak_reserved_bytes"] is not None else "- (no segments recorded)",
+            _gib(info.recorded_peak_reserved_bytes) if info.recorded_peak_reserved_bytes is not None else "- (no segments recorded)",
         ),
-        ("duration", "-" if info["duration_s"] is None else f"{info['duration_s']:.3f} s"),
+        ("duration", "-" if info.duration_s is None else f"{info.duration_s:.3f} s"),
     ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
+def _table(rows: list[list[str]], header: list[str], text_columns: Sequence[int] = (0,)) -> str:
+    """Columns of text (the policy, an error) are aligned left, numbers right."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    left = {i % len(header) for i in text_columns}
+
+    def fmt(r: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
     return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)])
 
 
 @cli.command("replay")
-@click.argument("trace")
+@click.argument("trace", type=TRACE_PATH)
 @click.option(
     "-p",
     "--policy",
@@ -187,9 +288,22 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     help="Device memory available: bytes, a size (80GiB, 81920MiB, 16GB) or a fraction of the trace's device memory (0.5). Default: the recorded device's total memory.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy and device.")
-@click.option("-o", "--output", "out", metavar="RESULT.arrow", help="Also write the summary table as an Arrow IPC file.")
-@click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
-@click.option("--plot", "plot_path", metavar="FILE.png", help="Also draw the memory timeline of every policy (needs matplotlib).")
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=OUT_PATH,
+    metavar="RESULT.arrow",
+    help="Also write the summary table as an Arrow IPC file (- for stdout; the table then goes to stderr).",
+)
+@_meta_option
+@click.option(
+    "--plot",
+    "plot_path",
+    type=OUT_PATH,
+    metavar="FILE.png",
+    help="Also draw the memory timeline of every policy (PNG, SVG, PDF by extension; - for PNG on stdout; needs matplotlib).",
+)
 @_allocator_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def replay_cmd(
@@ -203,10 +317,15 @@ def replay_cmd(
     allocator: str | None,
     quiet: bool,
 ) -> None:
-    """Replay TRACE under allocator policies and report peak memory and OOMs."""
+    """Replay TRACE under allocator policies and report peak memory and OOMs. A policy that
+    cannot run on the trace says why in its row's error column; the others still run."""
     specs = list(policies) or ["pytorch"]
+    # Everything that can be refused is refused before the trace is loaded and replayed.
+    stdout_taken = _one_stdout(("-o", out), ("--plot", plot_path), *([("--json", "-")] if as_json else []))
+    _check_output(out)
+    _check_output(plot_path)
     if capacity is not None:
-        _core.parse_capacity(capacity)  # reject a bad size before loading the trace
+        _core.parse_capacity(capacity)
     if plot_path:
         from allocreplay.plot import _pyplot
 
@@ -215,33 +334,39 @@ def replay_cmd(
     result = _replay_progress(t, specs, capacity, placements=False, quiet=quiet)
     summary = result.summary
     if out:
-        summary.write_ipc(out)
+        _write_binary(out, summary.write_ipc)
     if plot_path:
         from allocreplay.plot import plot_timeline
 
-        plot_timeline(result, plot_path, title=os.path.basename(trace))
-        click.echo(f"timeline written to {plot_path}", err=True)
+        fmt = "png" if plot_path == "-" else (os.path.splitext(plot_path)[1].lstrip(".").lower() or "png")
+        _write_binary(plot_path, lambda f: plot_timeline(result, f, title=os.path.basename(trace), format=fmt))
+        if plot_path != "-":
+            click.echo(f"timeline written to {plot_path}", err=True)
     if as_json:
         click.echo(json.dumps(summary.to_dicts()))
         return
     info = t.info()
-    recorded = info["recorded_peak_reserved_bytes"]
-    click.echo(
-        f"{trace}: {info['events']:,} events on device(s) {', '.join(map(str, info['devices']))}"
+    recorded = info.recorded_peak_reserved_bytes
+    report = [
+        f"{trace}: {info.events:,} events on device(s) {', '.join(map(str, info.devices))}"
         + (f"; the recorded run's peak reserved: {_gib(recorded)}" if recorded is not None else "")
-    )
+    ]
     header = ["policy", "device", "peak allocated", "peak reserved", "device allocs", "retries", "OOMs", "first OOM at event", "seconds"]
+
+    def count(n: int | None) -> str:
+        return "-" if n is None else f"{n:,}"
+
     rows = [
         [
             r["policy"],
             str(r["device"]),
             _gib(r["peak_allocated_bytes"]),
             _gib(r["peak_reserved_bytes"]),
-            f"{r['num_device_alloc']:,}",
-            f"{r['num_alloc_retries']:,}",
-            f"{r['num_ooms']:,}",
-            "-" if r["first_oom_event"] is None else f"{r['first_oom_event']:,}",
-            f"{r['replay_seconds']:.3f}",
+            count(r["num_device_alloc"]),
+            count(r["num_alloc_retries"]),
+            count(r["num_ooms"]),
+            count(r["first_oom_event"]),
+            "-" if r["replay_seconds"] is None else f"{r['replay_seconds']:.3f}",
         ]
         for r in summary.iter_rows(named=True)
     ]
@@ -249,76 +374,83 @@ def replay_cmd(
         # Unified memory (`managed`): what oversubscription would move between host and device.
         header.insert(-1, "migrated")
         for row, r in zip(rows, summary.iter_rows(named=True)):
-            row.insert(-1, f"{r['pages_migrated']:,} pages, {_gib(r['bytes_migrated'])}")
-    click.echo(_table(rows, header))
+            row.insert(-1, "-" if r["error"] else f"{r['pages_migrated']:,} pages, {_gib(r['bytes_migrated'])}")
+    text_columns = [0]
+    if summary["error"].null_count() < summary.height:
+        # A policy that could not run on this trace: its reason, in its own row.
+        header.append("error")
+        text_columns.append(-1)
+        for row, r in zip(rows, summary.iter_rows(named=True)):
+            row.append(" ".join((r["error"] or "").split()))
+    report.append(_table(rows, header, text_columns))
+    click.echo("\n".join(report), err=stdout_taken)
 
 
 @cli.command("validate")
-@click.argument("trace")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
-def validate_cmd(trace: str, as_json: bool, meta: str | None) -> None:
+@click.argument("trace", type=TRACE_PATH)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (several devices: ok, and one object per device under devices).")
+@_meta_option
+@_allocator_option
+def validate_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None) -> None:
     """Replay TRACE under the settings and memory cap it recorded and compare, decision by
     decision, with what the real allocator did. Exit code 1 when the replay differs."""
-    report = _validate(_load(trace, meta))
+    reports = validate_reports(_load(trace, meta, allocator))
+    ok = all(r.ok for r in reports)
     if as_json:
-        click.echo(json.dumps(report))
+        click.echo(json.dumps(validation_dict(reports)))
     else:
-        for r in report.get("devices", [report]):
-            if r.get("device") is not None and len(report.get("devices", [])) > 1:
-                click.echo(f"device {r['device']}:")
+        for r in reports:
+            if len(reports) > 1:
+                click.echo(f"device {r.device}:")
             _print_validation(r)
-        click.echo("OK: the replay reproduces the recorded decisions" if report["ok"] else "DIFFERENT: see the rows above")
-    if not report["ok"]:
+        click.echo("OK: the replay reproduces the recorded decisions" if ok else "DIFFERENT: see the rows above")
+    if not ok:
         sys.exit(1)
 
 
-def _print_validation(r: dict[str, Any]) -> None:
-    def pair(rec: Any, rep: Any, fmt=lambda x: f"{x:,}") -> str:
-        if rec is None:
-            return f"{fmt(rep)} (not recorded)"
-        mark = "=" if rec == rep else "≠"
-        return f"{fmt(rep)} {mark} recorded {fmt(rec)}"
+def _pair(rec: int | None, rep: int, fmt: Callable[[int], str] = lambda x: f"{x:,}") -> str:
+    if rec is None:
+        return f"{fmt(rep)} (not recorded)"
+    mark = "=" if rec == rep else "≠"
+    return f"{fmt(rep)} {mark} recorded {fmt(rec)}"
 
-    rows = []
-    if "chunk_match" in r:
+
+def _print_validation(r: ValidationReport | BfcValidationReport) -> None:
+    rows: list[tuple[str, str]] = []
+    if isinstance(r, BfcValidationReport):
         # A BFC trace (TensorFlow / JAX profiler capture): every event's chunk and bytes in use.
-        rows.append(("allocator", f"{r.get('allocator')} replayed as {r.get('policy')} (settings {r.get('settings_source')})"))
-        rows.append(("chunks as recorded", f"{r['chunk_match']:.4%} of {r.get('events', 0):,} events"))
-        rows.append(("bytes in use as recorded", f"{r['in_use_match']:.4%} of {r.get('events', 0):,} events"))
-        if "peak_in_use_replayed" in r:
-            rows.append(("peak in use", pair(r.get("peak_in_use_recorded"), r["peak_in_use_replayed"], _gib)))
-        if r.get("pool_bytes_recorded") is not None:
-            rows.append(("pool bytes", pair(r.get("pool_bytes_recorded"), r["pool_bytes_replayed"], _gib)))
-    if "address_match" in r:
-        rows.append(("allocations at the recorded address", f"{r['address_match']:.4%} of {r.get('allocs', 0):,}"))
-    if "segment_events_match" in r:
+        rows.append(("allocator", f"{r.allocator} replayed as {r.policy} (settings {r.settings_source})"))
+        rows.append(("chunks as recorded", f"{r.chunk_match:.4%} of {r.events:,} events"))
+        rows.append(("bytes in use as recorded", f"{r.in_use_match:.4%} of {r.events:,} events"))
+        rows.append(("peak in use", _pair(r.peak_in_use_recorded, r.peak_in_use_replayed, _gib)))
+        if r.pool_bytes_recorded is not None:
+            rows.append(("pool bytes", _pair(r.pool_bytes_recorded, r.pool_bytes_replayed, _gib)))
+        rows.append(("allocations at the recorded address", f"{r.address_match:.4%} of {r.allocs:,}"))
+    else:
+        rows.append(("allocations at the recorded address", f"{r.address_match:.4%} of {r.allocs:,}"))
         rows.append(
             (
                 "segment events",
-                ("identical" if r["segment_events_match"] else f"differ from #{r.get('first_segment_mismatch')}")
-                + f" ({r.get('segment_events_recorded', 0):,} recorded, {r.get('segment_events_replayed', 0):,} replayed)",
+                ("identical" if r.segment_events_match else f"differ from #{r.first_segment_mismatch}")
+                + f" ({r.segment_events_recorded:,} recorded, {r.segment_events_replayed:,} replayed)",
             )
         )
-    if "peak_reserved_replayed" in r:
-        rows.append(("peak reserved", pair(r.get("peak_reserved_recorded"), r["peak_reserved_replayed"], _gib)))
-    if "peak_allocated_replayed" in r:
-        rows.append(("peak allocated", pair(r.get("peak_allocated_recorded"), r["peak_allocated_replayed"], _gib)))
-    if "num_alloc_retries_replayed" in r:
-        rows.append(("alloc retries", pair(r.get("num_alloc_retries_recorded"), r["num_alloc_retries_replayed"])))
-    if "num_ooms_replayed" in r:
-        rows.append(("OOMs", pair(r.get("num_ooms_recorded"), r["num_ooms_replayed"])))
+        rows.append(("peak reserved", _pair(r.peak_reserved_recorded, r.peak_reserved_replayed, _gib)))
+        rows.append(("peak allocated", _pair(r.peak_allocated_recorded, r.peak_allocated_replayed, _gib)))
+        rows.append(("alloc retries", _pair(r.num_alloc_retries_recorded, r.num_alloc_retries_replayed)))
+        rows.append(("OOMs", _pair(r.num_ooms_recorded, r.num_ooms_replayed)))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"  {k:<{width}}  {v}")
 
 
 @cli.command("plan")
-@click.argument("dump_dir")
+@click.argument("dump_dir", type=click.Path(file_okay=False, path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per program.")
 @click.option(
     "--runtime",
     "runtime_out",
+    type=OUT_PATH,
     metavar="OUT.arrow",
     help="Also write the allocations the JAX runtime makes running a program (arguments; per call the outputs and the temp arena), to replay under jax/bfc policies.",
 )
@@ -328,12 +460,15 @@ def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str
     """XLA's buffer assignment of each program in DUMP_DIR (XLA_FLAGS=--xla_dump_to=DUMP_DIR
     --xla_dump_hlo_as_proto): the recorded preallocated-temp size, ours (XLA's heap planner
     replayed from the dump), the max-live lower bound, arguments and outputs."""
+    stdout_taken = _one_stdout(("--runtime", runtime_out), *([("--json", "-")] if as_json else []))
+    _check_output(runtime_out)
     plans = _plan(dump_dir)
     if runtime_out:
         from allocreplay._api import xla_runtime
 
-        xla_runtime(dump_dir, program, calls).save(runtime_out)
-        click.echo(f"runtime trace ({calls} calls) written to {runtime_out}", err=True)
+        _save_trace(xla_runtime(dump_dir, program, calls), runtime_out)
+        if runtime_out != "-":
+            click.echo(f"runtime trace ({calls} calls) written to {runtime_out}", err=True)
     if as_json:
         click.echo(json.dumps(plans.to_dicts()))
         return
@@ -349,11 +484,19 @@ def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str
         ]
         for r in plans.iter_rows(named=True)
     ]
-    click.echo(_table(rows, header))
+    click.echo(_table(rows, header), err=stdout_taken)
 
 
 @cli.command("capture", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("-o", "--output", "out", required=True, metavar="OUT.arrow", help="The trace to write; several devices give OUT_STEM.devN.arrow, one per device.")
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(dir_okay=False, path_type=str),
+    required=True,
+    metavar="OUT.arrow",
+    help="The trace to write; several devices give OUT_STEM.devN.arrow, one per device.",
+)
 @click.option(
     "--framework",
     type=click.Choice(["auto", "pytorch", "jax", "tf"]),

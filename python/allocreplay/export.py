@@ -23,6 +23,7 @@ import polars as pl
 
 from allocreplay import _core
 from allocreplay.analysis import _frame_tables
+from allocreplay.errors import TraceIOError
 
 if TYPE_CHECKING:
     from allocreplay._api import ReplayResult, Trace
@@ -157,7 +158,7 @@ def write_snapshot(trace: Trace, policy: str, path: str | os.PathLike[str], *, c
         with open(path, "wb") as f:
             pickle.dump(snap, f, protocol=4)
     except OSError as e:
-        raise _core.TraceIOError(f"{os.fspath(path)}: {e.strerror or e}") from None
+        raise TraceIOError(f"{os.fspath(path)}: {e.strerror or e}") from None
     return snap
 
 
@@ -186,5 +187,5 @@ def write_chrome_trace(result: ReplayResult, path: str | os.PathLike[str]) -> di
         with open(path, "w") as f:
             json.dump(data, f)
     except OSError as e:
-        raise _core.TraceIOError(f"{os.fspath(path)}: {e.strerror or e}") from None
+        raise TraceIOError(f"{os.fspath(path)}: {e.strerror or e}") from None
     return data

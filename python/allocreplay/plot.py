@@ -6,9 +6,9 @@ Needs matplotlib (``pip install 'allocreplay[plot]'``)."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
-from allocreplay import _core
+from allocreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from allocreplay._api import ReplayResult
@@ -30,16 +30,16 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise _core.InvalidArgumentError("plotting needs matplotlib: pip install 'allocreplay[plot]' (or pip install matplotlib)") from e
+        raise InvalidArgumentError("plotting needs matplotlib: pip install 'allocreplay[plot]' (or pip install matplotlib)") from e
     return plt
 
 
-def plot_timeline(result: ReplayResult, path: str | os.PathLike[str], *, title: str | None = None) -> None:
+def plot_timeline(result: ReplayResult, path: str | os.PathLike[str] | IO[bytes], *, title: str | None = None, format: str | None = None) -> None:
     """Writes the timeline of every (policy, device) of ``result`` to ``path`` (PNG, SVG, PDF:
     by extension)."""
     plt = _pyplot()
     fig = timeline_figure(result, title=title)
-    fig.savefig(os.fspath(path), dpi=110)
+    fig.savefig(os.fspath(path) if isinstance(path, (str, os.PathLike)) else path, dpi=110, format=format)
     plt.close(fig)
 
 
@@ -52,7 +52,8 @@ def timeline_figure(result: ReplayResult, *, title: str | None = None) -> Any:
     fig, axes = plt.subplots(len(devices), 1, figsize=(11, 4.2 * len(devices)), squeeze=False, sharex=False)
     gib = float(2**30)
     for ax, dev in zip(axes[:, 0], devices):
-        rows = summary.filter(summary["device"] == dev)
+        # Policies that could not run (an `error` in their row) have nothing to draw.
+        rows = summary.filter((summary["device"] == dev) & summary["error"].is_null())
         t_dev = timeline.filter(timeline["device"] == dev)
         # The y-axis is fitted to the data: the highest curve or offline bound.
         tl_max = cast(float, t_dev["reserved_bytes"].max() or 0) if t_dev.height else 0.0

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 import polars as pl
 
 from allocreplay import _core, analysis
+from allocreplay.errors import InvalidArgumentError, TraceIOError
 from allocreplay.plot import capacity_in_range
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def _plotly() -> Any:
     try:
         import plotly.graph_objects as go
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise _core.InvalidArgumentError("the HTML report needs plotly: pip install 'allocreplay[report]' (or pip install plotly)") from e
+        raise InvalidArgumentError("the HTML report needs plotly: pip install 'allocreplay[report]' (or pip install plotly)") from e
     return go
 
 
@@ -297,7 +298,7 @@ td:nth-child(2), td:last-child {{ text-align: left; max-width: 420px; }}
 </head>
 <body>
 <h1>allocreplay report: {html.escape(title)}</h1>
-<p>{info["events"]:,} events on device(s) {", ".join(map(str, info["devices"]))}; the recorded run's peak reserved: {_gib(info.get("recorded_peak_reserved_bytes"))}.
+<p>{info["events"]:,} events on device(s) {", ".join(map(str, info["devices"]))}; the recorded run's peak reserved: {_gib(info["recorded_peak_reserved_bytes"])}.
 Policies replayed: {html.escape(", ".join(result.summary["policy"].unique(maintain_order=True).to_list()))}.</p>
 <h2>Policies, best first</h2>
 {table}
@@ -318,4 +319,4 @@ def write_report(trace: Trace, result: ReplayResult, path: str | os.PathLike[str
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as e:
-        raise _core.TraceIOError(f"{os.fspath(path)}: {e.strerror or e}") from None
+        raise TraceIOError(f"{os.fspath(path)}: {e.strerror or e}") from None

@@ -11,13 +11,12 @@ import glob
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from allocreplay._api import Trace, load
+from allocreplay._core import TraceInfo, format_bytes
 from allocreplay.errors import AllocReplayError
-
-META_KEY = b"allocreplay.metadata"
 
 
 @dataclass
@@ -28,18 +27,16 @@ class Captured:
     framework: str
     device: str
     pid: int
-    info: dict[str, Any] = field(default_factory=dict)
+    info: TraceInfo
 
     def describe(self) -> str:
         i = self.info
-        peak = i.get("recorded_peak_reserved_bytes")
-        from allocreplay import _core
-
-        parts = [f"{i.get('events', 0):,} events", f"{i.get('allocs', 0):,} allocations"]
+        peak = i.recorded_peak_reserved_bytes
+        parts = [f"{i.events:,} events", f"{i.allocs:,} allocations"]
         if peak is not None:
-            parts.append(f"peak reserved {_core.format_bytes(peak)}")
-        if i.get("ooms"):
-            parts.append(f"{i['ooms']} OOM(s)")
+            parts.append(f"peak reserved {format_bytes(peak)}")
+        if i.ooms:
+            parts.append(f"{i.ooms} OOM(s)")
         return f"{self.path}: {self.framework}, device {self.device}: " + ", ".join(parts)
 
 
@@ -123,35 +120,15 @@ def convert(raw_dir: str, out: str, *, keep_raw: bool, xla_dump: str | None = No
     return Outcome(traces, notes, manifests)
 
 
-def finalize(trace: Trace, dest: str, device: int | None, raw: str | None) -> dict[str, Any]:
-    """Writes ``trace`` to ``dest``, keeping only ``device``'s events when it holds others, and
-    pointing ``source_path`` at the raw capture when it is kept (otherwise at nothing: the raw
-    files are deleted)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.ipc
-
-    table = trace.to_arrow()
-    md = dict(table.schema.metadata or {})
-    meta = json.loads(md[META_KEY])
-    devices = set(trace.info().get("devices", []))
-    if device is not None and devices - {device}:
-        table = table.filter(pc.equal(table["device"], pa.scalar(device, table.schema.field("device").type)))
-        meta["devices"] = [d for d in meta.get("devices", []) if d.get("index") == device]
-        extra = meta.get("extra") or {}
-        if isinstance(extra.get("recorded_stats"), dict):
-            extra["recorded_stats"] = {k: v for k, v in extra["recorded_stats"].items() if k == str(device)}
-        meta["seeded"] = bool(pc.any(table["seed"]).as_py()) if len(table) else False
-    meta["source_path"] = raw
-    extra = meta.setdefault("extra", {})
-    if "meta_path" in extra and raw is None:
-        extra["meta_path"] = None
-    md[META_KEY] = json.dumps(meta).encode()
-    table = table.replace_schema_metadata(md)
-    tmp = dest + ".tmp"
-    with pa.ipc.new_file(tmp, table.schema) as w:
-        w.write_table(table)
-    os.replace(tmp, dest)
+def finalize(trace: Trace, dest: str, device: int | None, raw: str | None) -> TraceInfo:
+    """Writes ``trace`` to ``dest`` (atomically, by the core's trace writer), keeping only
+    ``device``'s events when it holds others, and pointing ``source_path`` at the raw capture
+    when it is kept (otherwise at nothing: the raw files are deleted)."""
+    others = set(trace.info().devices) - {device}
+    patch: dict[str, Any] = {"source_path": raw}
+    if raw is None and "meta_path" in (trace.metadata.get("extra") or {}):
+        patch["extra"] = {"meta_path": None}
+    trace.save(dest, device=device if device is not None and others else None, metadata=patch)
     # Read back through allocreplay: what users will load.
     return load(dest).info()
 

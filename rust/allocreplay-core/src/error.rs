@@ -37,6 +37,11 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
 
+    /// An argument that does not fit the file it is about (an allocator the capture does not
+    /// hold, a folder of several captures): an invalid argument, with the file's path.
+    #[error("{path}: {message}")]
+    InvalidInput { path: PathBuf, message: String },
+
     /// The trace is well formed but inconsistent (a free of an unknown allocation id, ...).
     #[error("{0}")]
     Replay(String),
@@ -54,5 +59,8 @@ impl Error {
     }
     pub fn schema(path: &Path, message: impl Into<String>) -> Self {
         Error::Schema { path: path.to_path_buf(), message: message.into() }
+    }
+    pub fn invalid_input(path: &Path, message: impl Into<String>) -> Self {
+        Error::InvalidInput { path: path.to_path_buf(), message: message.into() }
     }
 }

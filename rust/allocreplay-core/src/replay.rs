@@ -41,6 +41,10 @@ pub struct Run {
     pub spec: String,
     pub capacity: Option<u64>,
     pub replay: DeviceReplay,
+    /// Why the policy could not run on this device of the trace (e.g. `jax` needs the
+    /// device's memory, which a TensorFlow capture may not record); `replay` is then empty and
+    /// the summary row holds this reason in its `error` column, its numbers null.
+    pub error: Option<String>,
 }
 
 /// Replays `trace` under every policy of `req` with the policies of the registry.
@@ -50,6 +54,16 @@ pub fn replay(trace: &Trace, req: &ReplayRequest) -> Result<Vec<Run>> {
 
 /// Builds a policy for one spec and device (the registry, or a test factory).
 pub type PolicyFactory = dyn Fn(&str, &PolicyContext) -> Result<Box<dyn Policy>> + Sync;
+
+/// One (policy, device) to replay: the capacity given (`explicit`), the device's limit, and
+/// why the policy cannot run there, if it cannot.
+struct Job {
+    spec: String,
+    device: i32,
+    explicit: Option<u64>,
+    limit: Option<u64>,
+    error: Option<String>,
+}
 
 pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) -> Result<Vec<Run>> {
     replay_with_progress(trace, req, factory, None)
@@ -70,17 +84,25 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
     let devices = trace.devices();
     // Resolve capacities and check every spec on every device before replaying anything, so a
     // typo in the last --policy fails at once.
-    let mut jobs: Vec<(String, i32, Option<u64>, Option<u64>)> = Vec::new();
+    let mut jobs: Vec<Job> = Vec::new();
     for spec in &req.policies {
         for &d in &devices {
             let info = trace.metadata.device(d);
             let explicit = req.capacity.map(|c| c.resolve(info)).transpose()?;
             let device_limit = explicit.or_else(|| info.and_then(|i| i.total_memory));
             let ctx = PolicyContext { metadata: &trace.metadata, device: info, capacity: explicit };
+            let mut error = None;
             if offline_alignment(spec)?.is_none() {
-                factory(spec, &ctx)?;
+                if let Err(e) = factory(spec, &ctx) {
+                    // A valid spec that only lacks what this trace does not record runs in the
+                    // other rows; a spec that fails anyway (a typo) stops everything.
+                    if !builds_with_known_memory(spec, trace, d, info, explicit, factory) {
+                        return Err(e);
+                    }
+                    error = Some(e.to_string());
+                }
             }
-            jobs.push((spec.clone(), d, explicit, device_limit));
+            jobs.push(Job { spec: spec.clone(), device: d, explicit, limit: device_limit, error });
         }
     }
     let threads =
@@ -89,7 +111,11 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
     let results: Mutex<Vec<Option<Result<Run>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some((spec, d, explicit, limit)) = jobs.get(i) else { break };
+        let Some(Job { spec, device: d, explicit, limit, error }) = jobs.get(i) else { break };
+        if let Some(e) = error {
+            results.lock().unwrap()[i] = Some(Ok(failed_run(spec, *d, *limit, e.clone())));
+            continue;
+        }
         let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(*d), capacity: *explicit };
         if let Ok(Some(alignment)) = offline_alignment(spec) {
             let run = offline_run(trace, spec, *d, alignment, *limit);
@@ -99,18 +125,26 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
             results.lock().unwrap()[i] = Some(run);
             continue;
         }
-        let run = factory(spec, &ctx).map(|mut p| {
-            let opts = ReplayOptions {
-                capacity: *limit,
-                recorded_addresses: false,
-                timeline: Some(req.timeline_points),
-                placements: req.placements,
-                device_events: false,
-            };
-            let mut hooks = Hooks { progress, ..Default::default() };
-            Run { spec: spec.clone(), capacity: *limit, replay: replay_device_hooked(trace, *d, p.as_mut(), &opts, &mut hooks) }
-        });
-        results.lock().unwrap()[i] = Some(run);
+        let run = match factory(spec, &ctx) {
+            Ok(mut p) => {
+                let opts = ReplayOptions {
+                    capacity: *limit,
+                    recorded_addresses: false,
+                    timeline: Some(req.timeline_points),
+                    placements: req.placements,
+                    device_events: false,
+                };
+                let mut hooks = Hooks { progress, ..Default::default() };
+                Run {
+                    spec: spec.clone(),
+                    capacity: *limit,
+                    replay: replay_device_hooked(trace, *d, p.as_mut(), &opts, &mut hooks),
+                    error: None,
+                }
+            }
+            Err(e) => failed_run(spec, *d, *limit, e.to_string()),
+        };
+        results.lock().unwrap()[i] = Some(Ok(run));
     };
     if threads == 1 {
         work();
@@ -122,6 +156,45 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
         });
     }
     results.into_inner().unwrap().into_iter().map(|r| r.expect("every job ran")).collect()
+}
+
+/// True when `spec` builds for `device` once the device's total memory is known: the spec is
+/// valid, and only this trace (which does not record the memory) keeps it from running.
+fn builds_with_known_memory(
+    spec: &str,
+    trace: &Trace,
+    device: i32,
+    info: Option<&crate::trace::DeviceInfo>,
+    capacity: Option<u64>,
+    factory: &PolicyFactory,
+) -> bool {
+    let mut probe = info.cloned().unwrap_or(crate::trace::DeviceInfo { index: device, ..Default::default() });
+    if probe.total_memory.is_some() {
+        return false;
+    }
+    probe.total_memory = Some(1 << 40);
+    factory(spec, &PolicyContext { metadata: &trace.metadata, device: Some(&probe), capacity }).is_ok()
+}
+
+/// The row of a policy that could not run on `device`: its reason, no numbers.
+fn failed_run(spec: &str, device: i32, capacity: Option<u64>, error: String) -> Run {
+    Run {
+        spec: spec.to_string(),
+        capacity,
+        replay: DeviceReplay {
+            policy: spec.to_string(),
+            device,
+            stats: Default::default(),
+            events: 0,
+            first_oom: None,
+            replay_seconds: 0.0,
+            timeline: Vec::new(),
+            segments: Vec::new(),
+            placements: Vec::new(),
+            device_events: Vec::new(),
+        },
+        error: Some(error),
+    }
 }
 
 /// `ideal` / `offline` (optionally `:alignment=N`): the offline bounds of
@@ -185,6 +258,7 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
             placements: Vec::new(),
             device_events: Vec::new(),
         },
+        error: None,
     })
 }
 
@@ -200,7 +274,7 @@ pub fn summary_batch(runs: &[Run]) -> RecordBatch {
     let u = |f: &dyn Fn(&Run) -> Option<u64>| {
         let mut b = UInt64Builder::with_capacity(n);
         for r in runs {
-            b.append_option(f(r));
+            b.append_option(if r.error.is_some() { None } else { f(r) });
         }
         Arc::new(b.finish()) as ArrayRef
     };
@@ -222,10 +296,12 @@ pub fn summary_batch(runs: &[Run]) -> RecordBatch {
         ("capacity_bytes", u(&|r| r.capacity)),
     ];
     let mut secs = Float64Builder::with_capacity(n);
+    let mut error = StringBuilder::new();
     for r in runs {
         policy.append_value(&r.replay.policy);
         device.append_value(r.replay.device);
-        secs.append_value(r.replay.replay_seconds);
+        secs.append_option(r.error.is_none().then_some(r.replay.replay_seconds));
+        error.append_option(r.error.as_deref());
     }
     let mut fields = vec![Field::new("policy", DataType::Utf8, false), Field::new("device", DataType::Int32, false)];
     let mut columns: Vec<ArrayRef> = vec![Arc::new(policy.finish()), Arc::new(device.finish())];
@@ -234,8 +310,12 @@ pub fn summary_batch(runs: &[Run]) -> RecordBatch {
         fields.push(Field::new(name, DataType::UInt64, nullable));
         columns.push(col);
     }
-    fields.push(Field::new("replay_seconds", DataType::Float64, false));
+    let failed = runs.iter().any(|r| r.error.is_some());
+    fields.push(Field::new("replay_seconds", DataType::Float64, failed));
     columns.push(Arc::new(secs.finish()));
+    // Null on every row that ran.
+    fields.push(Field::new("error", DataType::Utf8, true));
+    columns.push(Arc::new(error.finish()));
     batch(fields, columns)
 }
 
@@ -531,6 +611,35 @@ mod tests {
         let t = tiny_trace(None);
         let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Fraction(0.5)), ..Default::default() };
         assert!(matches!(replay_with(&t, &req, &factory), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn a_policy_that_needs_unrecorded_memory_fails_in_its_own_row() {
+        // `needs_memory` builds only when the device's total memory is known; tiny_trace(None)
+        // records none, so its rows carry the reason and the other policy's rows are replayed.
+        let needs_memory = |spec: &str, ctx: &PolicyContext| -> Result<Box<dyn Policy>> {
+            match spec {
+                "needs_memory" if ctx.device.and_then(|d| d.total_memory).is_none() => {
+                    Err(Error::PolicySpec("needs_memory: the trace does not record the device's memory".into()))
+                }
+                "needs_memory" => factory("one_per_request", ctx),
+                other => factory(other, ctx),
+            }
+        };
+        let t = tiny_trace(None);
+        let req = ReplayRequest { policies: vec!["needs_memory".into(), "one_per_request".into()], threads: 1, ..Default::default() };
+        let s = summary_batch(&replay_with(&t, &req, &needs_memory).unwrap());
+        assert_eq!(s.num_rows(), 4);
+        let errors: Vec<Option<&str>> = s.column_by_name("error").unwrap().as_string::<i32>().iter().collect();
+        assert!(errors[0].is_some_and(|e| e.contains("does not record")), "{errors:?}");
+        assert_eq!((errors[1].is_some(), errors[2], errors[3]), (true, None, None));
+        assert_eq!(col_u64(&s, "peak_reserved_bytes"), vec![None, None, Some(8192), Some(2048)]);
+        // With the memory recorded, the same policy runs.
+        let s = summary_batch(&replay_with(&tiny_trace(Some(1 << 20)), &req, &needs_memory).unwrap());
+        assert_eq!(s.column_by_name("error").unwrap().null_count(), 4);
+        // A spec that does not build even with the memory known is a typo: nothing runs.
+        let req = ReplayRequest { policies: vec!["one_per_request".into(), "needs_memry".into()], ..Default::default() };
+        assert!(matches!(replay_with(&t, &req, &needs_memory), Err(Error::PolicySpec(_))));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod buffer_assignment;
 pub mod heap;
+pub mod tables;
 
 use serde::Serialize;
 

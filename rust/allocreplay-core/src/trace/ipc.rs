@@ -6,19 +6,50 @@ use arrow_array::{Array, RecordBatch};
 use arrow_ipc::reader::FileReader;
 use arrow_ipc::writer::FileWriter;
 use std::fs::File;
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
 
 use super::schema::{core_fields, META_FORMAT_VERSION, META_FRAMES, META_METADATA};
 use super::{Action, FrameTable, Trace, TraceMetadata, FORMAT_VERSION};
 use crate::error::{Error, Result};
 
+/// Writes `trace` to `path` atomically: into a temporary file beside it, renamed over `path`
+/// once complete, so a failed write never leaves a partial trace (nor destroys an old one).
 pub fn write_arrow(trace: &Trace, path: &Path) -> Result<()> {
-    let file = File::create(path).map_err(|e| Error::io(path, e))?;
-    let mut w = FileWriter::try_new(BufWriter::new(file), &trace.schema())
-        .map_err(|e| Error::format(path, format!("cannot write Arrow file: {e}")))?;
-    w.write(trace.batch()).and_then(|_| w.finish()).map_err(|e| Error::format(path, format!("cannot write Arrow file: {e}")))?;
+    let name = path.file_name().ok_or_else(|| Error::io(path, std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name")))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let file = File::create(&tmp).map_err(|e| Error::io(path, e))?;
+    let written = write_arrow_to(trace, BufWriter::new(file)).map_err(|e| match e {
+        WriteError::Io(e) => Error::io(path, e),
+        WriteError::Arrow(m) => Error::format(path, format!("cannot write Arrow file: {m}")),
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     Ok(())
+}
+
+/// Why [`write_arrow_to`] failed.
+#[derive(Debug)]
+pub enum WriteError {
+    Io(std::io::Error),
+    Arrow(String),
+}
+
+/// Writes `trace` in the Arrow IPC file format to any writer (a file, stdout, a buffer).
+pub fn write_arrow_to<W: Write>(trace: &Trace, out: W) -> std::result::Result<(), WriteError> {
+    let to_err = |e: arrow_schema::ArrowError| match e {
+        arrow_schema::ArrowError::IoError(_, e) => WriteError::Io(e),
+        e => WriteError::Arrow(e.to_string()),
+    };
+    let mut w = FileWriter::try_new(out, &trace.schema()).map_err(to_err)?;
+    w.write(trace.batch()).map_err(to_err)?;
+    w.finish().map_err(to_err)?;
+    w.into_inner().map_err(to_err)?.flush().map_err(WriteError::Io)
 }
 
 pub fn read_arrow(path: &Path) -> Result<Trace> {

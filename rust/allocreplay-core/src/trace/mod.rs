@@ -3,6 +3,7 @@
 
 mod action;
 mod builder;
+mod edit;
 mod frames;
 pub mod info;
 mod ipc;
@@ -12,7 +13,7 @@ pub mod schema;
 pub use action::Action;
 pub use builder::{EventRow, TraceBuilder};
 pub use frames::{FrameInterner, FrameTable};
-pub use ipc::{read_arrow, trace_from_batches, write_arrow};
+pub use ipc::{read_arrow, trace_from_batches, write_arrow, write_arrow_to, WriteError};
 pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION};
 
 use arrow_array::cast::AsArray;

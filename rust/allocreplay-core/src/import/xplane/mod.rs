@@ -50,7 +50,8 @@ pub fn import_xplane(path: &Path, data: Vec<u8>, opts: &ImportOptions) -> Result
 
 /// A profile directory: `<logdir>`, `<logdir>/plugins/profile`, or one run
 /// `<logdir>/plugins/profile/<run>/`. The newest run (runs are named by their start time) is
-/// used; a run must hold exactly one `*.xplane.pb` (one per host).
+/// used; the directory chosen must hold exactly one `*.xplane.pb` (several are several hosts of
+/// one run, or separate runs copied together: which one to import is the user's call).
 pub fn find_in_profile_dir(dir: &Path) -> Result<PathBuf> {
     let here = xplane_files(dir)?;
     if !here.is_empty() {
@@ -90,12 +91,7 @@ fn one_capture(dir: &Path, files: Vec<PathBuf>) -> Result<PathBuf> {
         return Ok(files.into_iter().next().unwrap());
     }
     let names: Vec<String> = files.iter().filter_map(|f| f.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
-    Err(Error::InvalidArgument(format!(
-        "{}: holds {} captures (one per host): {}; name the file to import",
-        dir.display(),
-        files.len(),
-        names.join(", ")
-    )))
+    Err(Error::invalid_input(dir, format!("holds {} profiler captures ({}); name the one to import", files.len(), names.join(", "))))
 }
 
 /// Names the allocator to import: the one asked for, else the device allocator with most
@@ -104,7 +100,7 @@ fn choose_allocator<'a>(path: &Path, summaries: &'a [AllocatorSummary], asked: O
     let listing = || summaries.iter().map(|s| format!("{} ({} events)", s.name, s.events)).collect::<Vec<_>>().join(", ");
     if let Some(name) = asked {
         return summaries.iter().find(|s| s.name == name).ok_or_else(|| {
-            Error::InvalidArgument(format!("{}: no allocator named '{name}' in the capture; its allocators: {}", path.display(), listing()))
+            Error::invalid_input(path, format!("no allocator named '{name}' in the capture; its allocators: {}", listing()))
         });
     }
     let best = |device_only: bool| {
@@ -507,7 +503,7 @@ pub(crate) mod tests {
         assert_eq!(t.metadata.devices[0].total_memory, None);
         let opts = ImportOptions { allocator: Some("GPU_1_bfc".into()), ..Default::default() };
         match import(capture(&lines), &opts) {
-            Err(Error::InvalidArgument(m)) => assert!(m.contains("GPU_1_bfc") && m.contains("gpu_host_bfc (2 events)"), "{m}"),
+            Err(Error::InvalidInput { message: m, .. }) => assert!(m.contains("GPU_1_bfc") && m.contains("gpu_host_bfc (2 events)"), "{m}"),
             other => panic!("{other:?}"),
         }
     }
@@ -598,7 +594,7 @@ pub(crate) mod tests {
         // Two hosts in a run: say which.
         std::fs::write(run.join("other.xplane.pb"), capture(&two_threads())).unwrap();
         match crate::import::load(&dir, &ImportOptions::default()) {
-            Err(Error::InvalidArgument(m)) => assert!(m.contains("host.xplane.pb.gz") && m.contains("other.xplane.pb"), "{m}"),
+            Err(Error::InvalidInput { message: m, .. }) => assert!(m.contains("host.xplane.pb.gz") && m.contains("other.xplane.pb"), "{m}"),
             other => panic!("{other:?}"),
         }
         std::fs::remove_dir_all(&dir).unwrap();

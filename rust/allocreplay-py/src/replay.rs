@@ -1,0 +1,58 @@
+//! `replay`: every device of a trace under every policy spec; four result tables built in
+//! Rust (`allocreplay_core::replay`).
+
+use std::sync::Arc;
+
+use allocreplay_core::replay::{self as core_replay, ReplayRequest};
+use allocreplay_core::units;
+use pyo3::prelude::*;
+
+use crate::arrow::PyTable;
+use crate::errors::BindingResult;
+use crate::trace::PyTrace;
+
+/// Results of a replay: four tables built in Rust.
+#[pyclass(frozen, module = "allocreplay._core", name = "ReplayResult")]
+pub struct PyReplayResult {
+    #[pyo3(get)]
+    pub(crate) summary: Py<PyTable>,
+    #[pyo3(get)]
+    pub(crate) timeline: Py<PyTable>,
+    #[pyo3(get)]
+    pub(crate) segments: Py<PyTable>,
+    #[pyo3(get)]
+    pub(crate) placements: Py<PyTable>,
+}
+
+/// Replays every device of `trace` under every policy spec. A policy that cannot run on a
+/// device of this trace gets a row whose `error` column says why.
+#[pyfunction]
+#[pyo3(signature = (trace, policies, capacity=None, timeline_points=2000, placements=true))]
+pub fn replay(
+    py: Python<'_>,
+    trace: &PyTrace,
+    policies: Vec<String>,
+    capacity: Option<&str>,
+    timeline_points: usize,
+    placements: bool,
+) -> BindingResult<PyReplayResult> {
+    let capacity = capacity.map(units::parse_capacity).transpose()?;
+    let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
+    let t = Arc::clone(&trace.inner);
+    let (summary, timeline, segments, placements) = py.detach(move || {
+        core_replay::replay(&t, &req).map(|runs| {
+            (
+                core_replay::summary_batch(&runs),
+                core_replay::timeline_batch(&runs),
+                core_replay::segments_batch(&runs),
+                core_replay::placements_batch(&runs),
+            )
+        })
+    })?;
+    Ok(PyReplayResult {
+        summary: PyTable::new(py, summary)?,
+        timeline: PyTable::new(py, timeline)?,
+        segments: PyTable::new(py, segments)?,
+        placements: PyTable::new(py, placements)?,
+    })
+}
