@@ -46,7 +46,77 @@ DEVICES: dict[str, tuple[str, int, tuple[int, int], int]] = {
     "v100-32gb": ("Tesla V100-SXM2-32GB", 32 << 30, (7, 0), 80),
 }
 DEFAULT_DEVICE = "h200"
+
+# What the trace holds beyond the program's own tensors (the trace's metadata lists these).
+MODELLED = (
+    "every storage of a cuda tensor: allocated when an operator creates it, freed when Python releases it",
+    "autocast casts (and the cast-weight cache) and autograd's saved tensors, as on the GPU (CUDA dispatch keys)",
+    "scaled_dot_product_attention: the backend an sm90 device picks (flash, efficient, math)",
+)
 BASE_ADDR = 0x7F00_0000_0000
+
+
+# The CUDA runtime and driver entry points PyTorch calls when it sets up a device's streams and
+# guards (the autograd engine asks for the current stream of every CUDA tensor it records): a
+# library preloaded ahead of libcudart answers "one device, no context"; every other call goes
+# to the real runtime, which is never reached since no kernel runs and nothing is allocated.
+CUDART_STUB = r"""
+typedef int cudaError_t;
+typedef void *cudaStream_t;
+cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return 0; }
+cudaError_t cudaGetDevice(int *d) { *d = 0; return 0; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? 0 : 101; }
+cudaError_t cudaDeviceGetStreamPriorityRange(int *lo, int *hi) { if (lo) *lo = 0; if (hi) *hi = -5; return 0; }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned f, int p) { static long n = 0x100; *s = (cudaStream_t)(n++); return 0; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { static long n = 0x10000; *s = (cudaStream_t)(n++); return 0; }
+cudaError_t cudaGetLastError(void) { return 0; }
+cudaError_t cudaPeekAtLastError(void) { return 0; }
+cudaError_t cudaDriverGetVersion(int *v) { *v = 13000; return 0; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return 0; }
+cudaError_t cudaDeviceSynchronize(void) { return 0; }
+cudaError_t cudaStreamQuery(cudaStream_t s) { return 0; }
+"""
+LIBCUDA_STUB = r"""
+typedef int CUresult;
+CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active) { if (flags) *flags = 0; if (active) *active = 0; return 0; }
+CUresult cuGetErrorString(CUresult e, const char **s) { static const char *m = "allocreplay capture --no-gpu: no driver"; *s = m; return 0; }
+CUresult cuGetErrorName(CUresult e, const char **s) { static const char *m = "CUDA_ERROR_NO_DEVICE"; *s = m; return 0; }
+CUresult cuInit(unsigned f) { return 100; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+"""
+PRELOAD = "libcudart_nogpu.so"
+LIBCUDA = "libcuda.so.1"
+
+
+def build_stubs(dest: str) -> tuple[str, str]:
+    """Compiles the two stand-ins into ``dest`` with the C compiler (``$CC`` or ``cc``);
+    returns (the library to preload, the directory holding ``libcuda.so.1``). Raises
+    RuntimeError with one line when there is no compiler."""
+    import shutil
+    import subprocess
+
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise RuntimeError("--no-gpu needs a C compiler (cc, gcc or clang, or $CC) to build its stand-in for the CUDA driver; none found")
+    os.makedirs(dest, exist_ok=True)
+    for src, name, extra in ((CUDART_STUB, PRELOAD, []), (LIBCUDA_STUB, LIBCUDA, ["-Wl,-soname," + LIBCUDA])):
+        c = os.path.join(dest, name + ".c")
+        with open(c, "w") as f:
+            f.write(src)
+        p = subprocess.run([cc, "-shared", "-fPIC", "-O1", *extra, "-o", os.path.join(dest, name), c], capture_output=True, text=True)
+        if p.returncode != 0:
+            first = (p.stderr.strip().splitlines() or ["?"])[0]
+            raise RuntimeError(f"--no-gpu: {cc} could not build the CUDA driver stand-in: {first}")
+    return os.path.join(dest, PRELOAD), dest
+
+
+def load_stubs(preload: str, libdir: str) -> None:
+    """In-process (``capture(no_gpu=True)``): the stand-ins loaded globally before torch is, so
+    that torch's libraries bind to them as they would with LD_PRELOAD."""
+    import ctypes
+
+    ctypes.CDLL(preload, mode=ctypes.RTLD_GLOBAL)
+    ctypes.CDLL(os.path.join(libdir, LIBCUDA), mode=ctypes.RTLD_GLOBAL)
 
 
 class NoGpuValueError(RuntimeError):
@@ -502,6 +572,7 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
     cuda_type = "cuda"
     value_ops = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default}
     cpu = torch.device("cpu")
+    random_tag = torch.Tag.nondeterministic_seeded
 
     def on_cuda(flat: list[Any], kwargs: dict[str, Any]) -> bool:
         dev = kwargs.get("device")
@@ -611,7 +682,8 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
                 fakes = [t for t in flat if isinstance(t, FakeTensor)]
                 outs_f = [t for t in tree_flatten(out)[0] if isinstance(t, FakeTensor)]
                 vals = None
-                if func.namespace == "aten" and all(_small(t) for t in outs_f):
+                # Random operators' values are the GPU generator's: unknown here.
+                if func.namespace == "aten" and random_tag not in func.tags and all(_small(t) for t in outs_f):
                     if all(known(t) and _small(t) for t in fakes):
                         vals = compute_quietly(func, args, kwargs)
                     elif unknown == "zero" and not any(t.is_floating_point() for t in outs_f) and all(known(t) or t.numel() <= ZERO_LIMIT for t in fakes):
