@@ -110,13 +110,22 @@ def build_stubs(dest: str) -> tuple[str, str]:
     return os.path.join(dest, PRELOAD), dest
 
 
+_stubs: list[Any] = []
+
+
+def stubs_loaded() -> bool:
+    """The stand-ins are in this process: loaded by capture(no_gpu=True), or preloaded by
+    ``allocreplay capture --no-gpu``."""
+    return bool(_stubs) or PRELOAD in os.environ.get("LD_PRELOAD", "")
+
+
 def load_stubs(preload: str, libdir: str) -> None:
     """In-process (``capture(no_gpu=True)``): the stand-ins loaded globally before torch is, so
     that torch's libraries bind to them as they would with LD_PRELOAD."""
     import ctypes
 
-    ctypes.CDLL(preload, mode=ctypes.RTLD_GLOBAL)
-    ctypes.CDLL(os.path.join(libdir, LIBCUDA), mode=ctypes.RTLD_GLOBAL)
+    _stubs.append(ctypes.CDLL(preload, mode=ctypes.RTLD_GLOBAL))
+    _stubs.append(ctypes.CDLL(os.path.join(libdir, LIBCUDA), mode=ctypes.RTLD_GLOBAL))
 
 
 class NoGpuValueError(RuntimeError):
@@ -134,7 +143,7 @@ def user_line() -> str:
         name = f.f_code.co_filename
         if not (torch_dir in name or name.startswith("<") or os.path.dirname(os.path.abspath(name)) == here):
             code = linecache.getline(name, f.f_lineno).strip()
-            return f"{name}:{f.f_lineno}: {code}"
+            return f"{name}:{f.f_lineno} ({code})" if code else f"{name}:{f.f_lineno}"
         f = f.f_back
     return "<unknown line>"
 
@@ -264,6 +273,9 @@ class Recorder:
         self.lock = threading.RLock()
         self.default_stream = FakeStream(stream_id=0)
         self._tmp_key = -1
+        self.debug = bool(os.environ.get("ALLOCREPLAY_NOGPU_DEBUG"))
+        self.op = ""
+        self.ops: list[str] = []  # with ALLOCREPLAY_NOGPU_DEBUG: the operator of each allocation
 
     def stream_id(self) -> int:
         s = _state.stream
@@ -276,6 +288,8 @@ class Recorder:
             st = self.stream_id() if stream is None else stream
             self.live[key] = (addr, size, st)
             self.entries.append({"action": "alloc", "addr": addr, "size": size, "stream": st})
+            if self.debug:
+                self.ops.append(self.op)
             self.allocated += _rounded(size)
             self.num_allocs += 1
             self.peak = max(self.peak, self.allocated)
@@ -300,14 +314,23 @@ class Recorder:
         self.alloc(key, size)
         self.free(key)
 
-    def persistent(self, size: int) -> None:
-        """A buffer that lives to the end of the process (the cuBLAS workspace)."""
-        if size <= 0:
-            return
+    def persistent(self, size: int) -> int:
+        """A buffer that lives to the end of the process (the cuBLAS workspace), or until a
+        storage adopts it; returns its key."""
         with self.lock:
             self._tmp_key -= 1
             key = self._tmp_key
         self.alloc(key, size)
+        return key
+
+    def adopt(self, storage: Any, key: int) -> None:
+        """``storage`` is the buffer allocated as ``key``: freed when it dies."""
+        with self.lock:
+            got = self.live.pop(key, None)
+            if got is None:
+                return
+            self.live[storage._cdata] = got
+        weakref.finalize(storage, self.free, storage._cdata)
 
     def track(self, storage: Any, nbytes: int) -> None:
         key = storage._cdata
@@ -508,15 +531,38 @@ def _patch_module_apply(torch: Any) -> None:
     import torch.nn.modules.module as module_mod
 
     check = "or isinstance(param, FakeTensor)"
+    loop = "for key, param in self._parameters.items():\n"
+    new_param = "self._parameters[key] = out_param\n"
     try:
         src = textwrap.dedent(inspect.getsource(module_mod.Module._apply))
     except (OSError, TypeError):
         return
-    if check not in src:
+    if check not in src or src.count(loop) != 1 or src.count(new_param) != 1:
         return
+    # A parameter shared by two modules (tied embeddings) becomes one new parameter, as
+    # `.data =` keeps it one on the GPU.
+    indent = src.split(loop)[0].rsplit("\n", 1)[1]
+    src = src.replace(check, "or False")
+    src = src.replace(loop, loop + indent + "    if param is not None and id(param) in _AR_REPLACED:\n" + indent + "        self._parameters[key] = _AR_REPLACED[id(param)][1]\n" + indent + "        continue\n")
+    at = src.split(new_param)[0].rsplit("\n", 1)[1]
+    src = src.replace(new_param, new_param + at + "_AR_REPLACED[id(param)] = (param, out_param)\n")
     scope = dict(module_mod.__dict__)
-    exec(compile(src.replace(check, "or False"), module_mod.__file__, "exec"), scope)
-    module_mod.Module._apply = scope["_apply"]
+    replaced: dict[int, Any] = {}
+    scope["_AR_REPLACED"] = replaced
+    exec(compile(src, module_mod.__file__, "exec"), scope)
+    inner = scope["_apply"]
+    depth = [0]
+
+    def _apply(self: Any, fn: Any, recurse: bool = True) -> Any:
+        depth[0] += 1
+        try:
+            return inner(self, fn, recurse)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0:
+                replaced.clear()
+
+    module_mod.Module._apply = _apply
 
 
 def _distinct(fn: Any, name: str) -> Any:
@@ -670,7 +716,8 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
             flat, _ = tree_flatten((args, kwargs))
             if func in value_ops:
                 return compute(func, args, kwargs, func.__name__)
-            extras.before(func, args, kwargs, rec)
+            rec.op = str(func)
+            plan = extras.before(func, args, kwargs, rec)
             try:
                 with fake:
                     out = func(*args, **kwargs)
@@ -694,10 +741,15 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
                     for t in mutated(func, args, kwargs):
                         t._ng_value = None
             outs, _ = tree_flatten(out)
-            for t in outs:
+            for i, t in enumerate(outs):
                 if isinstance(t, FakeTensor) and t.fake_device.type == cuda_type:
                     st = t.untyped_storage()
-                    rec.track(st, st.nbytes())
+                    if i in plan:
+                        rec.adopt(st, plan.pop(i))
+                    else:
+                        rec.track(st, st.nbytes())
+            for key in plan.values():  # not taken over: freed with the operator
+                rec.free(key)
             extras.after(func, args, kwargs, out, rec)
             return out
 
