@@ -399,7 +399,11 @@ def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str
     help="PyTorch: stack of each allocation: Python frames, Python and C++ (slower), or none.",
 )
 @click.option("--keep-raw", is_flag=True, help="Keep the raw captures (snapshot pickle, profiler directory, XLA dump, metadata .json) in OUT_STEM.raw/.")
-@click.option("--no-gpu", is_flag=True, help="PyTorch without a GPU: cuda tensors are fake (no memory, no compute); the trace holds the requests the GPU run would make (docs/no-gpu.md).")
+@click.option(
+    "--no-gpu",
+    is_flag=True,
+    help="PyTorch without a GPU: cuda tensors are fake (no memory, no compute); the trace holds the requests the GPU run would make (docs/no-gpu.md).",
+)
 @click.option(
     "--device-memory",
     default=None,
@@ -415,7 +419,15 @@ def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str
 )
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
 def capture_cmd(
-    out: str, framework: str, max_entries: int, stacks: str, keep_raw: bool, no_gpu: bool, device_memory: str | None, unknown_values: str, command: tuple[str, ...]
+    out: str,
+    framework: str,
+    max_entries: int,
+    stacks: str,
+    keep_raw: bool,
+    no_gpu: bool,
+    device_memory: str | None,
+    unknown_values: str,
+    command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (python train.py ...) unchanged with allocation recording on from its first
     allocation, and write what it recorded as an Arrow trace: PyTorch's allocator history

@@ -107,7 +107,9 @@ class Capture:
         from allocreplay.capture import _nogpu
 
         if "torch" in sys.modules and not _nogpu.stubs_loaded():
-            raise CaptureError("capture(no_gpu=True) must begin before torch is imported (torch binds to the CUDA driver when it loads); or use `allocreplay capture --no-gpu`")
+            raise CaptureError(
+                "capture(no_gpu=True) must begin before torch is imported (torch binds to the CUDA driver when it loads); or use `allocreplay capture --no-gpu`"
+            )
         if not _nogpu.stubs_loaded():
             try:
                 preload, libdir = _nogpu.build_stubs(tempfile.mkdtemp(prefix="allocreplay-nogpu-"))

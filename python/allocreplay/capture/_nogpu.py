@@ -26,6 +26,7 @@ Only the standard library and torch: this file is copied into the recorded proce
 from __future__ import annotations
 
 import contextlib
+import importlib
 import linecache
 import os
 import sys
@@ -138,7 +139,7 @@ def user_line() -> str:
     the program that asked for a GPU value."""
     torch_dir = os.sep + "torch" + os.sep
     here = os.path.dirname(os.path.abspath(__file__))
-    f = sys._getframe(1)
+    f: Any = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
         if not (torch_dir in name or name.startswith("<") or os.path.dirname(os.path.abspath(name)) == here):
@@ -217,7 +218,7 @@ class FakeStream:
         _state.stream = self
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _state.stream = self._prev
 
     def __eq__(self, other: object) -> bool:
@@ -511,13 +512,13 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
 
     torch.tensor = factory(torch.tensor)
     torch.as_tensor = factory(torch.as_tensor)
-    torch.Tensor.cuda = to_cuda
+    setattr(torch.Tensor, "cuda", to_cuda)  # noqa: B010 (mypy: a method)
     torch.Tensor.pin_memory = pin_memory
     torch.Tensor.is_pinned = lambda self, device=None: False
     # The fake mode would create a real CUDA tensor to initialize the GPU context.
     from torch._subclasses import fake_tensor
 
-    fake_tensor.init_gpu_context = lambda device: None
+    setattr(fake_tensor, "init_gpu_context", lambda device: None)  # noqa: B010 (mypy: a method)
     _patch_module_apply(torch)
 
 
@@ -543,7 +544,16 @@ def _patch_module_apply(torch: Any) -> None:
     # `.data =` keeps it one on the GPU.
     indent = src.split(loop)[0].rsplit("\n", 1)[1]
     src = src.replace(check, "or False")
-    src = src.replace(loop, loop + indent + "    if param is not None and id(param) in _AR_REPLACED:\n" + indent + "        self._parameters[key] = _AR_REPLACED[id(param)][1]\n" + indent + "        continue\n")
+    src = src.replace(
+        loop,
+        loop
+        + indent
+        + "    if param is not None and id(param) in _AR_REPLACED:\n"
+        + indent
+        + "        self._parameters[key] = _AR_REPLACED[id(param)][1]\n"
+        + indent
+        + "        continue\n",
+    )
     at = src.split(new_param)[0].rsplit("\n", 1)[1]
     src = src.replace(new_param, new_param + at + "_AR_REPLACED[id(param)] = (param, out_param)\n")
     scope = dict(module_mod.__dict__)
@@ -562,7 +572,7 @@ def _patch_module_apply(torch: Any) -> None:
             if depth[0] == 0:
                 replaced.clear()
 
-    module_mod.Module._apply = _apply
+    setattr(module_mod.Module, "_apply", _apply)  # noqa: B010 (mypy: a method)
 
 
 def _distinct(fn: Any, name: str) -> Any:
@@ -594,7 +604,7 @@ where a small integer or boolean result (a token id, a flag) is computed from th
 
 
 def _small(t: Any) -> bool:
-    n = t.numel()
+    n = int(t.numel())
     return n <= (FLOAT_VALUE_LIMIT if (t.is_floating_point() or t.is_complex()) else VALUE_LIMIT)
 
 
@@ -608,8 +618,9 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
         FakeTensor,
         FakeTensorMode,
     )
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten, tree_map, tree_map_only
+
+    TorchDispatchMode: Any = importlib.import_module("torch.utils._python_dispatch").TorchDispatchMode
 
     from . import _nogpu_extras as extras
 
@@ -635,7 +646,7 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
             meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
         f = converter.from_meta_and_device(fake, meta, t.device)
         if _small(t) and t.layout == torch.strided:
-            f._ng_value = t.detach().clone()
+            vars(f)["_ng_value"] = t.detach().clone()
         return f
 
     def known(t: Any) -> bool:
@@ -648,11 +659,13 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
         if v is None:
             line = user_line()
             if unknown != "zero":
-                raise NoGpuValueError(f"{line}: {why} needs the values of a tensor computed on the GPU; without a GPU there are none (--unknown-values zero reads them as zeros)")
+                raise NoGpuValueError(
+                    f"{line}: {why} needs the values of a tensor computed on the GPU; without a GPU there are none (--unknown-values zero reads them as zeros)"
+                )
             rec.assumed.setdefault(line, 0)
             rec.assumed[line] += 1
             v = torch.zeros(t.shape, dtype=t.dtype)
-            t._ng_value = v
+            vars(t)["_ng_value"] = v
         return v
 
     def on_cpu(x: Any) -> Any:
@@ -686,7 +699,7 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
             return
         for f, v in zip(fo, vo):
             if isinstance(f, FakeTensor) and isinstance(v, torch.Tensor) and tuple(v.shape) == tuple(f.shape):
-                f._ng_value = v
+                vars(f)["_ng_value"] = v
 
     def mutated(func: Any, args: Any, kwargs: Any) -> list[Any]:
         out = []
@@ -701,10 +714,10 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
         with torch._C._DisableTorchDispatch():
             meta = torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device="meta")
         f = converter.from_meta_and_device(fake, meta, torch.device("cuda", 0))
-        f._ng_value = r
+        vars(f)["_ng_value"] = r
         return f
 
-    class NoGpuMode(TorchDispatchMode):
+    class NoGpuMode(TorchDispatchMode):  # type: ignore[misc]
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             flat, _ = tree_flatten((args, kwargs))
@@ -730,16 +743,15 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
                 outs_f = [t for t in tree_flatten(out)[0] if isinstance(t, FakeTensor)]
                 vals = None
                 # Random operators' values are the GPU generator's: unknown here.
-                if func.namespace == "aten" and random_tag not in func.tags and all(_small(t) for t in outs_f):
-                    if all(known(t) and _small(t) for t in fakes):
-                        vals = compute_quietly(func, args, kwargs)
-                    elif unknown == "zero" and not any(t.is_floating_point() for t in outs_f) and all(known(t) or t.numel() <= ZERO_LIMIT for t in fakes):
-                        vals = compute_quietly(func, args, kwargs)
+                exact = all(known(t) and _small(t) for t in fakes)
+                zeros = unknown == "zero" and not any(t.is_floating_point() for t in outs_f) and all(known(t) or t.numel() <= ZERO_LIMIT for t in fakes)
+                if func.namespace == "aten" and random_tag not in func.tags and all(_small(t) for t in outs_f) and (exact or zeros):
+                    vals = compute_quietly(func, args, kwargs)
                 if vals is not None:
                     attach(out, vals)
                 else:
                     for t in mutated(func, args, kwargs):
-                        t._ng_value = None
+                        vars(t)["_ng_value"] = None
             outs, _ = tree_flatten(out)
             for i, t in enumerate(outs):
                 if isinstance(t, FakeTensor) and t.fake_device.type == cuda_type:

@@ -16,7 +16,9 @@ def patch(torch: Any, rec: Any) -> None:
     original = F.scaled_dot_product_attention
     aten = torch.ops.aten
 
-    def sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False, scale: Any = None, enable_gqa: bool = False) -> Any:
+    def sdpa(
+        query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False, scale: Any = None, enable_gqa: bool = False
+    ) -> Any:
         # aten/src/ATen/native/transformers/attention.cpp, scaled_dot_product_attention: the
         # backend _fused_sdp_choice_stub picks (cuda/sdp_utils.cpp, select_sdp_backend, which
         # asks the device; here an sm90 device's answers), then that backend's operator.
@@ -32,7 +34,9 @@ def patch(torch: Any, rec: Any) -> None:
             return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
         if attn_mask is not None and attn_mask.dtype == torch.bool:
             # sdp_utils_cpp.h, convert_boolean_attn_mask: where(mask, 0, -inf) in the query's dtype.
-            attn_mask = torch.where(attn_mask, torch.zeros((), dtype=query.dtype, device=query.device), torch.full((), float("-inf"), dtype=query.dtype, device=query.device))
+            attn_mask = torch.where(
+                attn_mask, torch.zeros((), dtype=query.dtype, device=query.device), torch.full((), float("-inf"), dtype=query.dtype, device=query.device)
+            )
         if choice == "efficient":
             if attn_mask is not None:
                 attn_mask = pad_bias(torch, attn_mask, query, key)
@@ -80,7 +84,15 @@ def select_backend(torch: Any, q: Any, k: Any, v: Any, mask: Any, dropout: float
         return "flash"
     # can_use_mem_efficient_attention (no grouped-query support)
     align = 4 if q.dtype == torch.float32 else 8
-    if dense4 and strides and nonzero and same_heads and q.dtype in (torch.float16, torch.bfloat16, torch.float32) and d % align == 0 and v.size(-1) % align == 0:
+    if (
+        dense4
+        and strides
+        and nonzero
+        and same_heads
+        and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        and d % align == 0
+        and v.size(-1) % align == 0
+    ):
         return "efficient"
     return "math"
 
