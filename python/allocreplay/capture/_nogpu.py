@@ -603,6 +603,10 @@ ZERO_LIMIT = 1 << 22
 where a small integer or boolean result (a token id, a flag) is computed from them."""
 
 
+SHAPE_ONLY = {"ones_like", "zeros_like", "full_like", "new_ones", "new_zeros", "new_full"}
+"""Operators whose result's values do not depend on their input's (torch.ones_like(ids))."""
+
+
 def _small(t: Any) -> bool:
     n = int(t.numel())
     return n <= (FLOAT_VALUE_LIMIT if (t.is_floating_point() or t.is_complex()) else VALUE_LIMIT)
@@ -677,7 +681,10 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
 
     def compute(func: Any, args: Any, kwargs: Any, why: Any) -> Any:
         """Runs func on the CPU values of its arguments (RNG state of the CPU kept as it was)."""
-        a, k = tree_map_only(FakeTensor, lambda t: value_of(t, why), (args, kwargs))
+        if func._opname in SHAPE_ONLY:
+            a, k = tree_map_only(FakeTensor, lambda t: torch.zeros(t.shape, dtype=t.dtype), (args, kwargs))
+        else:
+            a, k = tree_map_only(FakeTensor, lambda t: value_of(t, why), (args, kwargs))
         a, k = tree_map(on_cpu, (a, k))
         if "device" in k:
             k["device"] = cpu
@@ -723,6 +730,7 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
             flat, _ = tree_flatten((args, kwargs))
             if not on_cuda(flat, kwargs):
                 return func(*args, **kwargs)
+            extras.libraries()
             # Real (CPU) tensors going to the GPU: their fake twins, so that the fake mode never
             # runs the operator for real (its constant propagation would call CUDA).
             args, kwargs = tree_map_only(torch.Tensor, twin, (args, kwargs))
@@ -743,7 +751,7 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
                 outs_f = [t for t in tree_flatten(out)[0] if isinstance(t, FakeTensor)]
                 vals = None
                 # Random operators' values are the GPU generator's: unknown here.
-                exact = all(known(t) and _small(t) for t in fakes)
+                exact = all((known(t) or func._opname in SHAPE_ONLY) and _small(t) for t in fakes)
                 zeros = unknown == "zero" and not any(t.is_floating_point() for t in outs_f) and all(known(t) or t.numel() <= ZERO_LIMIT for t in fakes)
                 if func.namespace == "aten" and random_tag not in func.tags and all(_small(t) for t in outs_f) and (exact or zeros):
                     vals = compute_quietly(func, args, kwargs)

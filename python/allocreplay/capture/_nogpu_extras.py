@@ -61,6 +61,24 @@ def patch(torch: Any, rec: Any) -> None:
     torch._C._nn.scaled_dot_product_attention = sdpa
 
 
+_libraries_done: list[bool] = []
+
+
+def libraries() -> None:
+    """Called before each operator until done: Hugging Face transformers takes fake tensors for
+    tracing (``utils/import_utils.py``, ``is_tracing`` -> ``is_fake_tensor``) and then keeps the
+    attention masks an eager GPU run drops (``masking_utils``: ``_ignore_causal_mask_sdpa``),
+    which changes which attention kernel runs: tell it these tensors are not being traced."""
+    import sys
+
+    if _libraries_done:
+        return
+    mod = sys.modules.get("transformers.utils.import_utils")
+    if mod is not None and hasattr(mod, "is_fake_tensor"):
+        mod.is_fake_tensor = lambda x: False
+        _libraries_done.append(True)
+
+
 def select_backend(torch: Any, q: Any, k: Any, v: Any, mask: Any, dropout: float, causal: bool, gqa: bool) -> str:
     """cuda/sdp_utils.cpp, select_sdp_backend on sm90, default priority: flash, efficient, math."""
     dense4 = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
