@@ -131,9 +131,15 @@ def main() -> None:
         with open(DOC) as f:
             doc = f.read()
         head, rest = doc.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
+        old, tail = rest.split(END, 1)
+        # Rows of the workloads not run this time stay as they were.
+        fresh = {r["name"] for r in rows}
+        kept = [line for line in old.strip().splitlines()[2:] if line.split("`")[1] not in fresh]
+        lines = text.splitlines()
+        order = {c.name: i for i, c in enumerate(CASES)}
+        body = sorted(kept + lines[2:], key=lambda line: order.get(line.split("`")[1], len(order)))
         with open(DOC, "w") as f:
-            f.write(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+            f.write(head + BEGIN + "\n" + "\n".join(lines[:2] + body) + "\n" + END + tail)
 
 
 if __name__ == "__main__":

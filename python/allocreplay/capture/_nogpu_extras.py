@@ -56,6 +56,20 @@ def patch(torch: Any, rec: Any) -> None:
         if isinstance(types, list) and FakeTensor not in types:
             types.append(FakeTensor)
 
+    # The fake convolution (torch/_subclasses/fake_impls.py, conv) asks
+    # _select_conv_backend for the output's memory format; for some convolutions (depthwise)
+    # that asks the device. cuDNN is what an sm90 device runs them with; its output format is
+    # the input's, as the other CUDA backends'.
+    select = torch._C._select_conv_backend
+
+    def select_conv_backend(*a: Any, **k: Any) -> Any:
+        try:
+            return select(*a, **k)
+        except Exception:
+            return torch._C._ConvBackend.Cudnn
+
+    torch._C._select_conv_backend = select_conv_backend
+
     sdpa.__doc__ = original.__doc__
     F.scaled_dot_product_attention = sdpa
     torch._C._nn.scaled_dot_product_attention = sdpa
