@@ -434,7 +434,9 @@ def capture_cmd(
     (dumped at exit, also after an exception or out-of-memory error), JAX's / TensorFlow's BFC
     events through their profiler (for JAX with XLA's dumps of the compiled programs, kept in
     OUT_STEM.xla_dump/), with the device, memory cap, allocator settings and versions that the
-    raw formats lack. Exit code: the command's (2 when nothing could be captured)."""
+    raw formats lack. With --no-gpu, a PyTorch script runs without a GPU (fake cuda tensors) and
+    the trace holds the requests the GPU run would make. Exit code: the command's (2 when
+    nothing could be captured)."""
     from allocreplay.capture import _runner
 
     if not no_gpu and (device_memory is not None or unknown_values != "error"):
