@@ -19,7 +19,8 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Optional packages some tests need (CI: tensorflow-cpu, for the TensorFlow capture tests on the
-# CPU); without them those tests are skipped, and pytest's summary says why.
+# CPU; torch and transformers, for capture --no-gpu); without them those tests are skipped, and
+# pytest's summary says why (under CI=true the --no-gpu tests fail instead).
 TEST_EXTRAS ?=
 
 venv: $(PY)

@@ -45,7 +45,16 @@ class Capture:
     why a framework recorded nothing."""
 
     def __init__(
-        self, out: str | os.PathLike[str], *, framework: str = "auto", max_entries: int = 1_000_000, stacks: str = "python", keep_raw: bool = False
+        self,
+        out: str | os.PathLike[str],
+        *,
+        framework: str = "auto",
+        max_entries: int = 1_000_000,
+        stacks: str = "python",
+        keep_raw: bool = False,
+        no_gpu: bool = False,
+        device_memory: str | None = None,
+        unknown_values: str = "error",
     ) -> None:
         if framework not in ("auto", *_hook.FRAMEWORKS):
             raise CaptureError(f"unknown framework {framework!r}: expected auto, pytorch, jax or tf")
@@ -58,6 +67,12 @@ class Capture:
         self.max_entries = max_entries
         self.stacks = stacks
         self.keep_raw = keep_raw
+        self.no_gpu: dict[str, str] | None = {"device": device_memory or "h200", "unknown": unknown_values} if no_gpu else None
+        from allocreplay.capture._runner import check_no_gpu
+
+        check_no_gpu(self.no_gpu, framework)
+        if self.no_gpu is not None:
+            self.framework = "pytorch"
         self.traces: list[Captured] = []
         self.notes: list[str] = []
         self.raw_dir: str | None = None
@@ -78,11 +93,30 @@ class Capture:
         else:
             self.raw_dir = tempfile.mkdtemp(prefix="allocreplay-capture-")
         self._raw_dump = os.path.join(os.path.abspath(self.raw_dir), "xla_dump")
+        if self.no_gpu is not None:
+            self._load_no_gpu_stubs()
         self._set_xla_flags()
-        config = _hook.Config(os.path.abspath(self.raw_dir), [self.framework], self.max_entries, self.stacks)
+        config = _hook.Config(os.path.abspath(self.raw_dir), [self.framework], self.max_entries, self.stacks, self.no_gpu)
         self._session = _hook.Session(config, in_process=True)
         self._session.start()
         return self
+
+    def _load_no_gpu_stubs(self) -> None:
+        """``no_gpu``: the CUDA driver stand-ins, loaded before torch (which binds to them)."""
+        import sys
+
+        from allocreplay.capture import _nogpu
+
+        if "torch" in sys.modules and not _nogpu.stubs_loaded():
+            raise CaptureError(
+                "capture(no_gpu=True) must begin before torch is imported (torch binds to the CUDA driver when it loads); or use `allocreplay capture --no-gpu`"
+            )
+        if not _nogpu.stubs_loaded():
+            try:
+                preload, libdir = _nogpu.build_stubs(tempfile.mkdtemp(prefix="allocreplay-nogpu-"))
+            except RuntimeError as e:
+                raise CaptureError(str(e)) from None
+            _nogpu.load_stubs(preload, libdir)
 
     def _set_xla_flags(self) -> None:
         # XLA reads XLA_FLAGS when JAX creates its backends: too late if they already exist.
@@ -138,15 +172,37 @@ def _nothing_imported(framework: str) -> str:
     return f"the block never used {_hook.MODULE_OF[framework]}"
 
 
-def capture(out: str | os.PathLike[str], *, framework: str = "auto", max_entries: int = 1_000_000, stacks: str = "python", keep_raw: bool = False) -> Capture:
+def capture(
+    out: str | os.PathLike[str],
+    *,
+    framework: str = "auto",
+    max_entries: int = 1_000_000,
+    stacks: str = "python",
+    keep_raw: bool = False,
+    no_gpu: bool = False,
+    device_memory: str | None = None,
+    unknown_values: str = "error",
+) -> Capture:
     """Records the block's allocations into ``out`` (an Arrow trace; several devices give
     ``OUT_STEM.devN.arrow``, one per device). ``framework``: ``auto`` (whichever of PyTorch,
     JAX, TensorFlow allocates), ``pytorch``, ``jax`` or ``tf``; ``max_entries``: PyTorch's
     history ring buffer (the oldest events beyond it are dropped and the trace is seeded from
     the final state); ``stacks``: ``python``, ``all`` (with C++ frames) or ``none``;
-    ``keep_raw``: keep the raw captures in ``OUT_STEM.raw/``.
+    ``keep_raw``: keep the raw captures in ``OUT_STEM.raw/``. ``no_gpu``: PyTorch without a
+    GPU (docs/no-gpu.md; must begin before torch is imported, and the process stays without
+    one): ``device_memory`` (``h200``, ``a100-80gb``... or a size) and ``unknown_values``
+    (``error`` or ``zero``) as ``allocreplay capture --no-gpu``'s options.
 
     Memory allocated before the block shows up as seeds (live allocations whose origin is not
     recorded). An exception inside the block — an out-of-memory error included — still writes
     the trace, then propagates."""
-    return Capture(out, framework=framework, max_entries=max_entries, stacks=stacks, keep_raw=keep_raw)
+    return Capture(
+        out,
+        framework=framework,
+        max_entries=max_entries,
+        stacks=stacks,
+        keep_raw=keep_raw,
+        no_gpu=no_gpu,
+        device_memory=device_memory,
+        unknown_values=unknown_values,
+    )

@@ -70,21 +70,23 @@ def write_json(path: str, obj: Any) -> None:
 
 class Config:
     """What to record: ``dir`` (raw directory), ``frameworks`` (names, or ``["auto"]``),
-    ``max_entries`` (PyTorch's history ring buffer), ``stacks`` (``python``, ``all``, ``none``)."""
+    ``max_entries`` (PyTorch's history ring buffer), ``stacks`` (``python``, ``all``, ``none``),
+    ``no_gpu`` (``--no-gpu``: ``{"device": SPEC, "unknown": "error"|"zero"}``, see ``_nogpu``)."""
 
-    def __init__(self, dir: str, frameworks: list[str], max_entries: int, stacks: str) -> None:
+    def __init__(self, dir: str, frameworks: list[str], max_entries: int, stacks: str, no_gpu: dict[str, Any] | None = None) -> None:
         self.dir = dir
         self.frameworks = frameworks
         self.max_entries = max_entries
         self.stacks = stacks
+        self.no_gpu = no_gpu
 
     def to_json(self) -> str:
-        return json.dumps({"dir": self.dir, "frameworks": self.frameworks, "max_entries": self.max_entries, "stacks": self.stacks})
+        return json.dumps({"dir": self.dir, "frameworks": self.frameworks, "max_entries": self.max_entries, "stacks": self.stacks, "no_gpu": self.no_gpu})
 
     @classmethod
     def from_json(cls, text: str) -> Config:
         d = json.loads(text)
-        return cls(d["dir"], list(d["frameworks"]), int(d["max_entries"]), str(d["stacks"]))
+        return cls(d["dir"], list(d["frameworks"]), int(d["max_entries"]), str(d["stacks"]), d.get("no_gpu"))
 
     def wants(self, framework: str) -> bool:
         return "auto" in self.frameworks or framework in self.frameworks

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 from typing import Any
 
 from ._hook import FrameworkRecorder, log, write_json
@@ -29,6 +30,9 @@ class TorchRecorder(FrameworkRecorder):
     # --- start
     def on_import(self, torch: Any) -> None:
         self.torch = torch
+        if self.session.config.no_gpu is not None:
+            self._start_no_gpu()
+            return
         self._watch_memory_fraction()
         try:
             available = bool(torch.cuda.is_available())
@@ -95,8 +99,31 @@ class TorchRecorder(FrameworkRecorder):
         if getattr(self.torch.cuda, "set_per_process_memory_fraction", None) is original:
             self.torch.cuda.set_per_process_memory_fraction = set_per_process_memory_fraction
 
+    def _start_no_gpu(self) -> None:
+        from . import _nogpu
+
+        opts = self.session.config.no_gpu or {}
+        self.no_gpu = _nogpu.NoGpuSession(self.torch, _nogpu.parse_device(opts.get("device")), opts.get("unknown", "error"))
+        self.status.update(gpu=False, recording=True, reason=None, no_gpu=True)
+        self.session.keep_atexit_last()
+        session = self.session
+        if not session.in_process:
+            # A GPU value the program needs: one line naming it, not a traceback.
+            prev = session._prev_excepthook or sys.__excepthook__
+
+            def one_line(tp: Any, value: Any, tb: Any) -> None:
+                if isinstance(value, _nogpu.NoGpuValueError):
+                    log(f"--no-gpu: {value}")
+                else:
+                    prev(tp, value, tb)
+
+            session._prev_excepthook = one_line
+
     # --- end
     def finish(self) -> None:
+        if getattr(self, "no_gpu", None) is not None:
+            self._finish_no_gpu()
+            return
         torch = self.torch
         if torch is None or not self.status["recording"]:
             if self.status["imported"] and self.status["gpu"] and self.status["reason"] == "waiting for CUDA's initialization":
@@ -159,6 +186,59 @@ class TorchRecorder(FrameworkRecorder):
             write_json(path, meta)
             devices[str(d)] = os.path.basename(path)
         self.artifacts.append({"framework": self.name, "kind": "pytorch_snapshot", "raw": os.path.basename(raw), "devices": devices})
+
+    def _finish_no_gpu(self) -> None:
+        """The requests the run would have made, as the snapshot and metadata the GPU path writes
+        (no memory statistics: there was no device to measure)."""
+        from . import _nogpu
+
+        ng = self.no_gpu
+        ng.stop()
+        self.status["recording"] = False
+        error = self.session.error or ""
+        if "NoGpuValueError" in error:
+            # A run cut short where it needed a GPU value: no trace rather than a wrong one.
+            self.status["reason"] = error.split(": ", 1)[1] if ": " in error else error
+            return
+        rec = ng.rec
+        pid = self.session.pid
+        conf_var = next((v for v in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if v in os.environ), None)
+        conf = os.environ.get(conf_var, "") if conf_var else ""
+        raw = self.path(f"torch-{pid}.pickle")
+        with open(raw, "wb") as f:
+            pickle.dump(rec.snapshot(conf), f)
+        if not rec.entries:
+            self.status["reason"] = "the script allocated nothing on cuda"
+            self.artifacts.append({"framework": self.name, "kind": "pytorch_snapshot", "raw": os.path.basename(raw), "devices": {}})
+            return
+        props = rec.props
+        fraction = rec.fraction
+        meta = self.session.base_meta(self.name)
+        meta.update(
+            {
+                "torch": self.torch.__version__,
+                "cuda": getattr(self.torch.version, "cuda", None),
+                "alloc_conf": conf,
+                "alloc_conf_variable": conf_var,
+                "allocator_backend": "native",
+                "device": 0,
+                "device_name": props.name,
+                "device_total_bytes": props.total_memory,
+                "compute_capability": f"{props.major}.{props.minor}",
+                "memory_fraction": fraction,
+                "cap_bytes": int(fraction * props.total_memory) if fraction is not None and fraction < 1.0 else 0,
+                "trace_entries": len(rec.entries),
+                "no_gpu": {
+                    "captured_by": "allocreplay capture --no-gpu",
+                    "unknown_values": (self.session.config.no_gpu or {}).get("unknown", "error"),
+                    "values_read_as_zeros": dict(rec.assumed),
+                    "modelled": list(_nogpu.MODELLED),
+                },
+            }
+        )
+        path = self.path(f"torch-{pid}-dev0.json")
+        write_json(path, meta)
+        self.artifacts.append({"framework": self.name, "kind": "pytorch_snapshot", "raw": os.path.basename(raw), "devices": {"0": os.path.basename(path)}})
 
     def _fraction(self, device: int) -> float | None:
         get = getattr(self.torch.cuda, "get_per_process_memory_fraction", None)

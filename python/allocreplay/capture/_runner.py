@@ -23,7 +23,7 @@ from allocreplay.capture._convert import Outcome, convert, keep_xla_dump
 from allocreplay.errors import CaptureError
 
 HOOK_PACKAGE = "_allocreplay_capture"
-HOOK_FILES = ("_hook.py", "_pytorch.py", "_jax.py", "_tf.py")
+HOOK_FILES = ("_hook.py", "_pytorch.py", "_jax.py", "_tf.py", "_nogpu.py", "_nogpu_extras.py")
 XLA_DUMP_FLAGS = ("--xla_dump_hlo_as_proto", "--xla_dump_hlo_as_text")
 
 SITECUSTOMIZE = f"""\
@@ -170,9 +170,51 @@ def run_child(command: list[str], env: dict[str, str]) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def run(command: list[str], out: str, *, framework: str = "auto", max_entries: int = 1_000_000, stacks: str = "python", keep_raw: bool = False) -> Result:
+def no_gpu_env(env: dict[str, str], hook: str) -> dict[str, str]:
+    """``--no-gpu``: the CUDA driver stand-ins built into the hook directory, preloaded."""
+    from allocreplay.capture import _nogpu
+
+    try:
+        preload, libdir = _nogpu.build_stubs(os.path.join(hook, "nogpu-lib"))
+    except RuntimeError as e:
+        raise CaptureError(str(e)) from None
+    env["LD_PRELOAD"] = preload + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env["LD_LIBRARY_PATH"] = libdir + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    return env
+
+
+def check_no_gpu(no_gpu: dict[str, str] | None, framework: str) -> None:
+    if no_gpu is None:
+        return
+    from allocreplay.capture import _nogpu
+
+    if framework not in ("auto", "pytorch"):
+        raise CaptureError(f"--no-gpu records PyTorch programs only, not --framework {framework}")
+    if no_gpu.get("unknown", "error") not in ("error", "zero"):
+        raise CaptureError(f"unknown --unknown-values {no_gpu.get('unknown')!r}: expected error or zero")
+    try:
+        _nogpu.parse_device(no_gpu.get("device"))
+    except ValueError as e:
+        raise CaptureError(str(e)) from None
+
+
+def run(
+    command: list[str],
+    out: str,
+    *,
+    framework: str = "auto",
+    max_entries: int = 1_000_000,
+    stacks: str = "python",
+    keep_raw: bool = False,
+    no_gpu: dict[str, str] | None = None,
+) -> Result:
+    """``no_gpu``: run without a GPU (``{"device": "h200" or a size, "unknown": "error" or
+    "zero"}``, see ``_nogpu``); None records the real GPU run."""
     if framework not in ("auto", *_hook.FRAMEWORKS):
         raise CaptureError(f"unknown framework {framework!r}: expected auto, pytorch, jax or tf")
+    check_no_gpu(no_gpu, framework)
+    if no_gpu is not None:
+        framework = "pytorch"
     if stacks not in ("python", "all", "none"):
         raise CaptureError(f"unknown --stacks {stacks!r}: expected python, all or none")
     if max_entries <= 0:
@@ -191,10 +233,13 @@ def run(command: list[str], out: str, *, framework: str = "auto", max_entries: i
         raw_dir = tempfile.mkdtemp(prefix="allocreplay-capture-")
     hook = hook_dir()
     raw_dump = os.path.join(os.path.abspath(raw_dir), "xla_dump")
-    config = _hook.Config(os.path.abspath(raw_dir), [framework], max_entries, stacks)
+    config = _hook.Config(os.path.abspath(raw_dir), [framework], max_entries, stacks, no_gpu)
     result = Result(exit_code=0, raw_dir=raw_dir if keep_raw else None)
     try:
-        rc = run_child(command, child_env(hook, config, framework, raw_dump))
+        env = child_env(hook, config, framework, raw_dump)
+        if no_gpu is not None:
+            env = no_gpu_env(env, hook)
+        rc = run_child(command, env)
         result.exit_code = rc
         result.xla_dump = keep_xla_dump(raw_dump, stem + ".xla_dump")
         outcome = convert(raw_dir, out, keep_raw=keep_raw, xla_dump=result.xla_dump)
