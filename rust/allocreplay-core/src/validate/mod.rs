@@ -13,11 +13,17 @@ use crate::trace::Trace;
 /// object: the keys of the first device's report at the top level, aggregated over devices
 /// (`address_match` the minimum, `ok` all of them), and every device's report under `devices`.
 pub fn validate_trace(trace: &Trace) -> Result<Value> {
+    validate_trace_with(trace, false)
+}
+
+/// [`validate_trace`]; `no_addresses`: PyTorch traces replay without their recorded segment
+/// addresses (`validate --no-addresses`), in the modelled driver address space.
+pub fn validate_trace_with(trace: &Trace, no_addresses: bool) -> Result<Value> {
     let reports: Vec<Value> = match trace.metadata.source.as_str() {
         "pytorch" => trace
             .devices()
             .into_iter()
-            .map(|d| pytorch::validate_pytorch(trace, d).map(|v| serde_json::to_value(v).expect("serializes")))
+            .map(|d| pytorch::validate_pytorch_with(trace, d, no_addresses).map(|v| serde_json::to_value(v).expect("serializes")))
             .collect::<Result<_>>()?,
         // TensorFlow / JAX profiler captures: BFC's per-event chunk and in-use bytes.
         "xplane" => trace
