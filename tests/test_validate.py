@@ -38,6 +38,29 @@ def test_validate_is_byte_exact_on_every_capture(path):
             assert dev["num_ooms_replayed"] == truth["num_ooms"]
 
 
+@pytest.mark.parametrize("path", shared_pytorch_pickles(), ids=lambda p: p.name.split(".")[0])
+def test_validate_no_addresses_reproduces_every_capture_in_the_modelled_address_space(path):
+    # What-if mode: no recorded address is borrowed (docs/driver-address-space.md). The run's
+    # own memory_stats() must still come out: peaks, retries, OOMs, and the segment events.
+    run = run_subprocess("validate", path, "--no-addresses", "--json")
+    assert run.code == 0, run.out
+    report = json.loads(run.out)
+    assert report["ok"] is True and report["no_addresses"] is True
+    for dev in report["devices"]:
+        truth = _stats(path, dev["device"])
+        assert dev["segment_events_match"] is True
+        assert dev["peak_reserved_replayed"] == truth["reserved_bytes.all.peak"]
+        if not dev["seeded"]:
+            assert dev["peak_allocated_replayed"] == truth["allocated_bytes.all.peak"]
+            assert (dev["num_alloc_retries_replayed"], dev["num_ooms_replayed"]) == (truth["num_alloc_retries"], truth["num_ooms"])
+
+
+def test_validate_no_addresses_readable_output():
+    run = run_subprocess("validate", TRACES / "two_streams__default.pickle.xz", "--no-addresses")
+    assert run.code == 0, run.err
+    assert "modelled driver address space" in run.out and "recorded address" not in run.out
+
+
 def test_capped_runs_replay_their_retries():
     # gpt2_train__default_capped.json: num_alloc_retries 3 under a 16,927,914,803-byte cap.
     path = next(p for p in shared_pytorch_pickles() if p.name.startswith("gpt2_train__default_capped"))

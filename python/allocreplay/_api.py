@@ -143,7 +143,11 @@ def replay(
     ``"pytorch:expandable_segments:True"``...).
 
     ``capacity``: bytes (int), a size (``"80GiB"``, ``"16GB"``) or a fraction of the device's
-    recorded memory (``0.5``); default: the device's total memory when the trace records it.
+    recorded memory (``0.5``); default: the limit the recorded run had — its
+    ``set_per_process_memory_fraction`` cap when the trace records one, else (PyTorch) the
+    device's memory minus the CUDA context's share. The summary's ``capacity_source`` says which
+    (``--capacity``, ``recorded_cap``, ``device_total_minus_cuda_context``, ``device_total``,
+    ``unlimited``).
     """
     if not isinstance(trace, Trace):
         trace = load(trace)
@@ -171,7 +175,7 @@ def parse_capacity(text: str) -> int | float:
     return _core.parse_capacity(text)
 
 
-def validate(trace: Trace | str | os.PathLike[str]) -> dict[str, Any]:
+def validate(trace: Trace | str | os.PathLike[str], *, no_addresses: bool = False) -> dict[str, Any]:
     """Replays ``trace`` under the allocator settings (and memory cap) it recorded and compares
     decision by decision with what the real allocator did.
 
@@ -179,10 +183,15 @@ def validate(trace: Trace | str | os.PathLike[str]) -> dict[str, Any]:
     address), ``segment_events_match`` (segment allocs/frees/maps/unmaps identical in order and
     size), ``peak_reserved_recorded`` / ``peak_reserved_replayed``, retries and OOMs against the
     run's metadata, and ``ok``; with several devices, every device's report under ``devices``.
+
+    ``no_addresses=True`` (PyTorch traces): new segments are placed in the modelled CUDA driver
+    address space (docs/driver-address-space.md) instead of at the recorded addresses, as in any
+    what-if replay; ``ok`` then asks for the recorded peaks, retries, OOMs and segment events
+    (sizes and order), not for equal addresses.
     """
     if not isinstance(trace, Trace):
         trace = load(trace)
-    return json.loads(_core.validate_json(trace._inner))
+    return json.loads(_core.validate_json(trace._inner, no_addresses))
 
 
 _PLAN_SCHEMA = {

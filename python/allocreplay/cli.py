@@ -214,7 +214,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     "-c",
     "--capacity",
     metavar="SIZE",
-    help="Device memory available: bytes, a size (80GiB, 81920MiB, 16GB) or a fraction of the trace's device memory (0.5). Default: the recorded device's total memory.",
+    help="Device memory available: bytes, a size (80GiB, 81920MiB, 16GB) or a fraction of the trace's device memory (0.5). Default: the limit the recorded run had: its set_per_process_memory_fraction cap when it recorded one, else (PyTorch) the device's memory minus the CUDA context's share; every output says which (capacity_source).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy and device.")
 @click.option("-o", "--output", "out", metavar="RESULT.arrow", help="Also write the summary table as an Arrow IPC file.")
@@ -252,6 +252,9 @@ def replay_cmd(
         f"{trace}: {info['events']:,} events on device(s) {', '.join(map(str, info['devices']))}"
         + (f"; the recorded run's peak reserved: {_gib(recorded)}" if recorded is not None else "")
     )
+    limits = {(r["capacity_bytes"], r["capacity_source"]) for r in summary.iter_rows(named=True)}
+    for cap, source in sorted(limits, key=lambda x: (x[0] or 0, x[1])):
+        click.echo(f"limit: {'none' if cap is None else f'{cap:,} bytes ({_gib(cap)})'} — {_CAPACITY_SOURCES.get(source, source)}")
     header = ["policy", "device", "peak allocated", "peak reserved", "device allocs", "retries", "OOMs", "first OOM at event", "seconds"]
     rows = [
         [
@@ -275,14 +278,30 @@ def replay_cmd(
     click.echo(_table(rows, header))
 
 
+_CAPACITY_SOURCES = {
+    "--capacity": "--capacity",
+    "recorded_cap": "the recorded run's cap (set_per_process_memory_fraction)",
+    "device_total_minus_cuda_context": "the device's memory minus the CUDA context's share (no cap recorded)",
+    "device_total": "the device's total memory",
+    "unlimited": "no device memory recorded: unlimited",
+}
+
+
 @cli.command("validate")
 @click.argument("trace")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
-def validate_cmd(trace: str, as_json: bool, meta: str | None) -> None:
+@click.option(
+    "--no-addresses",
+    is_flag=True,
+    help="Place new segments in the modelled CUDA driver address space instead of at the recorded "
+    "addresses, as every what-if replay does (docs/driver-address-space.md); compares peaks, "
+    "retries, OOMs and segment events.",
+)
+def validate_cmd(trace: str, as_json: bool, meta: str | None, no_addresses: bool) -> None:
     """Replay TRACE under the settings and memory cap it recorded and compare, decision by
     decision, with what the real allocator did. Exit code 1 when the replay differs."""
-    report = _validate(_load(trace, meta))
+    report = _validate(_load(trace, meta), no_addresses=no_addresses)
     if as_json:
         click.echo(json.dumps(report))
     else:
@@ -312,7 +331,9 @@ def _print_validation(r: dict[str, Any]) -> None:
             rows.append(("peak in use", pair(r.get("peak_in_use_recorded"), r["peak_in_use_replayed"], _gib)))
         if r.get("pool_bytes_recorded") is not None:
             rows.append(("pool bytes", pair(r.get("pool_bytes_recorded"), r["pool_bytes_replayed"], _gib)))
-    if "address_match" in r:
+    if r.get("no_addresses"):
+        rows.append(("segment addresses", "modelled driver address space (--no-addresses)"))
+    elif "address_match" in r:
         rows.append(("allocations at the recorded address", f"{r['address_match']:.4%} of {r.get('allocs', 0):,}"))
     if "segment_events_match" in r:
         rows.append(

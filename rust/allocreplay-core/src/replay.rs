@@ -19,8 +19,7 @@ use crate::units::Capacity;
 pub struct ReplayRequest {
     /// Policy specification strings (`pytorch`, `pytorch:expandable_segments:True`, ...).
     pub policies: Vec<String>,
-    /// `--capacity`; `None`: the device's total memory when the trace records it, else
-    /// unlimited.
+    /// `--capacity`; `None`: the limit the recorded run had ([`default_limit`]).
     pub capacity: Option<Capacity>,
     /// Timeline points kept per (policy, device), each the maximum of its bucket; 0 keeps all.
     pub timeline_points: usize,
@@ -40,7 +39,68 @@ impl Default for ReplayRequest {
 pub struct Run {
     pub spec: String,
     pub capacity: Option<u64>,
+    /// Where `capacity` came from (a [`CapacitySource`] name).
+    pub capacity_source: &'static str,
     pub replay: DeviceReplay,
+}
+
+/// Bytes of device memory a PyTorch process cannot give its caching allocator: the CUDA
+/// context plus what cuBLAS, cuBLASLt and the attention kernels load on first use. Measured on
+/// an NVIDIA H200 (driver 580.159.04, torch 2.11.0+cu130; tools/driver-probes/va-h200-580.159.txt,
+/// `footprint`): `total - free - memory_reserved()` was 552,402,944 bytes after `torch.cuda.init()`
+/// and 726,466,560 after a matmul, a bf16 matmul and SDPA; filling the device through the caching
+/// allocator then stopped at 149,369,651,200 reserved bytes with 13,762,560 free (less than the
+/// next 20 MiB segment), i.e. at `total - 726,466,560`.
+pub const PYTORCH_CUDA_CONTEXT_BYTES: u64 = 726_466_560;
+
+/// Where a replay's device limit comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapacitySource {
+    /// `--capacity`.
+    Explicit,
+    /// The recorded run's `set_per_process_memory_fraction` cap (trace or sidecar).
+    RecordedCap,
+    /// A PyTorch run without a cap: the device's memory minus [`PYTORCH_CUDA_CONTEXT_BYTES`]
+    /// (where `cudaMalloc` starts failing).
+    DeviceMinusContext,
+    /// Another source's trace: the device's total memory.
+    DeviceTotal,
+    /// No limit known.
+    Unlimited,
+}
+
+impl CapacitySource {
+    pub fn name(self) -> &'static str {
+        match self {
+            CapacitySource::Explicit => "--capacity",
+            CapacitySource::RecordedCap => "recorded_cap",
+            CapacitySource::DeviceMinusContext => "device_total_minus_cuda_context",
+            CapacitySource::DeviceTotal => "device_total",
+            CapacitySource::Unlimited => "unlimited",
+        }
+    }
+}
+
+/// The limit a replay of `device` runs under: `(cap, device_limit, source)`. `cap` acts as the
+/// policy's own limit (PyTorch: `set_per_process_memory_fraction`, which also turns on
+/// `garbage_collection_threshold`); `device_limit` is where the device refuses memory.
+/// `--capacity` wins; otherwise a PyTorch trace replays at its recorded cap, or without one at
+/// the device's memory less the CUDA context's share.
+pub fn default_limit(trace: &Trace, device: i32, explicit: Option<Capacity>) -> Result<(Option<u64>, Option<u64>, CapacitySource)> {
+    let info = trace.metadata.device(device);
+    if let Some(c) = explicit {
+        let cap = c.resolve(info)?;
+        return Ok((Some(cap), Some(cap), CapacitySource::Explicit));
+    }
+    let pytorch = trace.metadata.source == "pytorch";
+    if let Some(cap) = info.and_then(|i| i.memory_cap).filter(|_| pytorch) {
+        return Ok((Some(cap), Some(cap), CapacitySource::RecordedCap));
+    }
+    match info.and_then(|i| i.total_memory) {
+        Some(total) if pytorch => Ok((None, Some(total.saturating_sub(PYTORCH_CUDA_CONTEXT_BYTES)), CapacitySource::DeviceMinusContext)),
+        Some(total) => Ok((None, Some(total), CapacitySource::DeviceTotal)),
+        None => Ok((None, None, CapacitySource::Unlimited)),
+    }
 }
 
 /// Replays `trace` under every policy of `req` with the policies of the registry.
@@ -58,17 +118,16 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
     let devices = trace.devices();
     // Resolve capacities and check every spec on every device before replaying anything, so a
     // typo in the last --policy fails at once.
-    let mut jobs: Vec<(String, i32, Option<u64>, Option<u64>)> = Vec::new();
+    let mut jobs: Vec<(String, i32, Option<u64>, Option<u64>, CapacitySource)> = Vec::new();
     for spec in &req.policies {
         for &d in &devices {
             let info = trace.metadata.device(d);
-            let explicit = req.capacity.map(|c| c.resolve(info)).transpose()?;
-            let device_limit = explicit.or_else(|| info.and_then(|i| i.total_memory));
+            let (explicit, device_limit, source) = default_limit(trace, d, req.capacity)?;
             let ctx = PolicyContext { metadata: &trace.metadata, device: info, capacity: explicit };
             if offline_alignment(spec)?.is_none() {
                 factory(spec, &ctx)?;
             }
-            jobs.push((spec.clone(), d, explicit, device_limit));
+            jobs.push((spec.clone(), d, explicit, device_limit, source));
         }
     }
     let threads =
@@ -77,10 +136,10 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
     let results: Mutex<Vec<Option<Result<Run>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some((spec, d, explicit, limit)) = jobs.get(i) else { break };
+        let Some((spec, d, explicit, limit, source)) = jobs.get(i) else { break };
         let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(*d), capacity: *explicit };
         if let Ok(Some(alignment)) = offline_alignment(spec) {
-            let run = offline_run(trace, spec, *d, alignment, *limit);
+            let run = offline_run(trace, spec, *d, alignment, *limit).map(|r| Run { capacity_source: source.name(), ..r });
             results.lock().unwrap()[i] = Some(run);
             continue;
         }
@@ -92,7 +151,12 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
                 placements: req.placements,
                 device_events: false,
             };
-            Run { spec: spec.clone(), capacity: *limit, replay: replay_device(trace, *d, p.as_mut(), &opts) }
+            Run {
+                spec: spec.clone(),
+                capacity: *limit,
+                capacity_source: source.name(),
+                replay: replay_device(trace, *d, p.as_mut(), &opts),
+            }
         });
         results.lock().unwrap()[i] = Some(run);
     };
@@ -146,6 +210,7 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
     Ok(Run {
         spec: spec.to_string(),
         capacity,
+        capacity_source: CapacitySource::Unlimited.name(),
         replay: DeviceReplay {
             policy: spec.to_string(),
             device,
@@ -195,10 +260,12 @@ pub fn summary_batch(runs: &[Run]) -> RecordBatch {
         ("capacity_bytes", u(&|r| r.capacity)),
     ];
     let mut secs = Float64Builder::with_capacity(n);
+    let mut capacity_source = StringBuilder::with_capacity(n, n * 16);
     for r in runs {
         policy.append_value(&r.replay.policy);
         device.append_value(r.replay.device);
         secs.append_value(r.replay.replay_seconds);
+        capacity_source.append_value(r.capacity_source);
     }
     let mut fields = vec![Field::new("policy", DataType::Utf8, false), Field::new("device", DataType::Int32, false)];
     let mut columns: Vec<ArrayRef> = vec![Arc::new(policy.finish()), Arc::new(device.finish())];
@@ -207,6 +274,8 @@ pub fn summary_batch(runs: &[Run]) -> RecordBatch {
         fields.push(Field::new(name, DataType::UInt64, nullable));
         columns.push(col);
     }
+    fields.push(Field::new("capacity_source", DataType::Utf8, false));
+    columns.push(Arc::new(capacity_source.finish()));
     fields.push(Field::new("replay_seconds", DataType::Float64, false));
     columns.push(Arc::new(secs.finish()));
     batch(fields, columns)
@@ -469,6 +538,8 @@ mod tests {
         // Requests replayed on device 0: 3 allocs + free_requested + free_completed.
         assert_eq!(col_u64(&s, "events"), vec![Some(5), Some(1)]);
         assert_eq!(col_u64(&s, "capacity_bytes"), vec![None, None]);
+        let src = s.column_by_name("capacity_source").unwrap().as_string::<i32>();
+        assert_eq!((src.value(0), src.value(1)), ("unlimited", "unlimited"));
         let p = placements_batch(&runs);
         assert_eq!(p.num_rows(), 4);
         let seg = segments_batch(&runs);
@@ -495,15 +566,30 @@ mod tests {
         let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Fraction(0.5)), ..Default::default() };
         let s = summary_batch(&replay_with(&t, &req, &factory).unwrap());
         assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(5), None]);
-        // Without --capacity the recorded total memory is the device's limit.
+        // Without --capacity, a trace of another source than PyTorch: the recorded total memory.
         let t = tiny_trace(Some(4096));
         let req = ReplayRequest { policies: vec!["one_per_request".into()], ..Default::default() };
         let s = summary_batch(&replay_with(&t, &req, &factory).unwrap());
         assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(5), None]);
+        assert_eq!(s.column_by_name("capacity_source").unwrap().as_string::<i32>().value(0), "device_total");
         // A fraction without a recorded total is an argument error, before any replay.
         let t = tiny_trace(None);
         let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Fraction(0.5)), ..Default::default() };
         assert!(matches!(replay_with(&t, &req, &factory), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn a_pytorch_trace_replays_at_its_recorded_cap_else_the_device_minus_the_context() {
+        let mut t = tiny_trace(Some(150_109_880_320));
+        t.metadata.source = "pytorch".into();
+        let (cap, limit, src) = default_limit(&t, 0, None).unwrap();
+        assert_eq!((cap, limit, src), (None, Some(150_109_880_320 - PYTORCH_CUDA_CONTEXT_BYTES), CapacitySource::DeviceMinusContext));
+        // The fill on the H200 stopped at 149,369,651,200 reserved bytes with 13,762,560 free.
+        assert_eq!(limit, Some(149_369_651_200 + 13_762_560));
+        t.metadata.devices[0].memory_cap = Some(1 << 30);
+        assert_eq!(default_limit(&t, 0, None).unwrap(), (Some(1 << 30), Some(1 << 30), CapacitySource::RecordedCap));
+        // --capacity overrides both.
+        assert_eq!(default_limit(&t, 0, Some(Capacity::Bytes(4096))).unwrap(), (Some(4096), Some(4096), CapacitySource::Explicit));
     }
 
     #[test]

@@ -258,11 +258,13 @@ fn replay(
 }
 
 /// `validate`: the trace replayed under its recorded settings against its recorded decisions,
-/// as a JSON object (see `allocreplay_core::validate::validate_trace`).
+/// as a JSON object (see `allocreplay_core::validate::validate_trace`). `no_addresses`: PyTorch
+/// traces replay in the modelled driver address space, without their recorded segment addresses.
 #[pyfunction]
-fn validate_json(py: Python<'_>, trace: &PyTrace) -> PyResult<String> {
+#[pyo3(signature = (trace, no_addresses=false))]
+fn validate_json(py: Python<'_>, trace: &PyTrace, no_addresses: bool) -> PyResult<String> {
     let t = trace.inner.clone();
-    py.detach(move || allocreplay_core::validate::validate_trace(&t).map(|v| v.to_string())).map_err(|e| to_py(py, e))
+    py.detach(move || allocreplay_core::validate::validate_trace_with(&t, no_addresses).map(|v| v.to_string())).map_err(|e| to_py(py, e))
 }
 
 /// Validates the `bfc` policy on a BFC trace (a TensorFlow / JAX capture) event by event:
