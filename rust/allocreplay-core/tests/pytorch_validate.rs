@@ -112,3 +112,15 @@ fn gpt2_capped_without_addresses_retries_three_times_and_never_ooms() {
     assert_eq!((v.num_alloc_retries_replayed, v.num_ooms_replayed), (3, 0));
     assert_eq!(v.peak_reserved_replayed, 16_827_547_648);
 }
+
+#[test]
+fn a_run_with_empty_cache_calls_validates_once_they_are_replayed() {
+    // traces/emptycache_lm (H200, torch 2.11): two torch.cuda.empty_cache() calls; its .json:
+    // reserved_bytes.all.peak 1,438,646,272. Without the inferred empty_cache events the replay
+    // kept the cache and was +0.73% with its segment events differing from #50.
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../traces/emptycache_lm.pickle.xz"));
+    let trace = load(&p, &ImportOptions::default()).unwrap();
+    let v = validate_pytorch(&trace, 0).unwrap();
+    assert!(v.ok && v.segment_events_match && v.address_match == 1.0, "{v:?}");
+    assert_eq!(v.peak_reserved_replayed, 1_438_646_272);
+}

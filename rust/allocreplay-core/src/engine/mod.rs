@@ -191,6 +191,10 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
                     }
                 }
             }
+            Action::EmptyCache => {
+                events += 1;
+                policy.empty_cache(&mut dev);
+            }
             Action::SegmentAlloc | Action::SegmentMap => {
                 if seed {
                     let addr = c.addr.value(i);

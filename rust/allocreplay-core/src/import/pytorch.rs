@@ -391,7 +391,25 @@ fn import_device(
     }
 
     // --- The recorded history.
-    for e in parsed {
+    let is_release = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
+    for (k, e) in parsed.iter().enumerate() {
+        // torch.cuda.empty_cache() records no entry of its own, only the segment frees (or
+        // unmaps) of DeviceCachingAllocator::release_cached_blocks. Every release the allocator
+        // makes by itself happens inside malloc (release_available_cached_blocks, the retry's
+        // release_cached_blocks, garbage_collect_cached_blocks) and is followed by that malloc's
+        // segment_alloc / segment_map or its oom. A run of frees of default-pool segments
+        // followed by anything else was the program's: an `empty_cache` event goes before it.
+        if is_release(e.action) && (k == 0 || !is_release(parsed[k - 1].action)) {
+            let end = (k..parsed.len()).find(|&j| !is_release(parsed[j].action)).unwrap_or(parsed.len());
+            let inside_malloc =
+                parsed.get(end).is_some_and(|n| matches!(n.action, Action::SegmentAlloc | Action::SegmentMap | Action::Oom));
+            if !inside_malloc && (k..end).all(|j| pool_of(&seg_pool, parsed[j].addr) == 0) {
+                let mut ec = EventRow::new(Action::EmptyCache, 0);
+                ec.device = dev;
+                ec.time_ns = e.time_ns;
+                out.push(&ec);
+            }
+        }
         let mut r = EventRow::new(e.action, e.size);
         r.addr = Some(e.addr);
         r.stream = e.stream;
@@ -428,7 +446,7 @@ fn import_device(
             Action::Oom => {
                 // `addr` of an oom entry is the device's free bytes, not an address.
             }
-            Action::Snapshot => {}
+            Action::Snapshot | Action::EmptyCache => {}
         }
         out.push(&r);
     }

@@ -933,6 +933,12 @@ impl Policy for CachingAllocator {
         self.free_block(b);
     }
 
+    /// `DeviceCachingAllocator::emptyCache`: `release_cached_blocks` (every unused segment of
+    /// the default pools is freed, expandable segments unmap their free pages).
+    fn empty_cache(&mut self, dev: &mut DeviceMemory) {
+        self.release_cached_blocks(dev);
+    }
+
     fn seed_segment(&mut self, addr: u64, size: u64, stream: i64, pool: u32, _dev: &mut DeviceMemory) {
         if self.config.expandable_segments {
             return; // expandable seeds are served as ordinary requests

@@ -17,6 +17,10 @@ pub struct PytorchValidation {
     pub policy: String,
     /// Memory cap replayed (the run's `set_per_process_memory_fraction`), if any.
     pub capacity: Option<u64>,
+    /// The device limit the replay ran under and where it came from
+    /// (`replay::default_limit`: `recorded_cap`, `device_total_minus_cuda_context`, ...).
+    pub device_limit: Option<u64>,
+    pub capacity_source: String,
     /// Recorded (non-seed) allocations compared.
     pub allocs: usize,
     /// Share of allocations placed at the recorded address.
@@ -66,10 +70,11 @@ pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> 
         )));
     }
     let dev_info = trace.metadata.device(device);
-    let capacity = dev_info.and_then(|d| d.memory_cap);
+    let (capacity, device_limit, source) = crate::replay::default_limit(trace, device, None)?;
     let ctx = PolicyContext { metadata: &trace.metadata, device: dev_info, capacity };
     let mut policy = policy::build("pytorch:recorded", &ctx)?;
-    let opts = ReplayOptions { capacity, recorded_addresses: !no_addresses, timeline: None, placements: true, device_events: true };
+    let opts =
+        ReplayOptions { capacity: device_limit, recorded_addresses: !no_addresses, timeline: None, placements: true, device_events: true };
     let r = replay_device(trace, device, policy.as_mut(), &opts);
 
     let c = trace.columns();
@@ -140,6 +145,8 @@ pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> 
         device,
         policy: r.policy,
         capacity,
+        device_limit,
+        capacity_source: source.name().to_string(),
         allocs,
         address_match,
         first_address_mismatch_event,
