@@ -331,6 +331,8 @@ def _print_validation(r: dict[str, Any]) -> None:
             rows.append(("peak in use", pair(r.get("peak_in_use_recorded"), r["peak_in_use_replayed"], _gib)))
         if r.get("pool_bytes_recorded") is not None:
             rows.append(("pool bytes", pair(r.get("pool_bytes_recorded"), r["pool_bytes_replayed"], _gib)))
+    if r.get("settings_assumed"):
+        rows.append(("allocator settings", r["settings_assumed"]))
     if "capacity_source" in r:
         limit = r.get("device_limit")
         rows.append(("limit", f"{'none' if limit is None else f'{limit:,} bytes'} — {_CAPACITY_SOURCES.get(r['capacity_source'], r['capacity_source'])}"))

@@ -157,6 +157,9 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
         capture.remove("memory_stats_per_device");
         metadata.extra.insert("capture".into(), serde_json::Value::Object(capture));
     }
+    if metadata.allocator_settings.is_null() {
+        assume_allocator_settings(&mut metadata);
+    }
     if !chunks.is_empty() {
         let mut col = vec![None; out.len()];
         for (row, c) in chunks {
@@ -451,6 +454,31 @@ fn import_device(
         out.push(&r);
     }
     seeded
+}
+
+/// Snapshots of PyTorch releases before `_snapshot()` recorded `allocator_settings` (older
+/// layouts) carry no settings: assume the release's defaults (the modelled ones —
+/// max_split_size unlimited, no garbage collection, no expandable segments, no power-of-2
+/// rounding — are the same in every release from 2.0 on), with the `PYTORCH_CUDA_ALLOC_CONF` the
+/// capture's `.json` names if it names one, and say so in `extra.allocator_settings_assumed`.
+fn assume_allocator_settings(metadata: &mut TraceMetadata) {
+    let conf = metadata
+        .extra
+        .get("capture")
+        .and_then(|c| c.get("alloc_conf").or_else(|| c.get("PYTORCH_CUDA_ALLOC_CONF")))
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let version = metadata.source_version.clone().unwrap_or_else(|| "an unknown version".into());
+    metadata.allocator_settings = serde_json::json!({ "PYTORCH_CUDA_ALLOC_CONF": conf });
+    metadata.extra.insert(
+        "allocator_settings_assumed".into(),
+        format!(
+            "the snapshot records no allocator_settings (an older PyTorch layout); assumed the defaults of PyTorch ({version}){}",
+            if conf.is_empty() { String::new() } else { format!(" with PYTORCH_CUDA_ALLOC_CONF={conf} from the capture's .json") }
+        )
+        .into(),
+    );
 }
 
 fn seg_pool_for(final_pool: &FxHashMap<u64, u32>, addr: u64) -> u32 {

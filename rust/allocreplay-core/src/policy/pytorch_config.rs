@@ -208,6 +208,13 @@ impl PytorchConfig {
         let Some(obj) = settings.as_object() else {
             return Err(spec_err("pytorch:recorded: the trace recorded no allocator_settings (not a PyTorch snapshot?)".into()));
         };
+        // An older snapshot layout: the importer assumed the defaults plus the capture's
+        // PYTORCH_CUDA_ALLOC_CONF (import::pytorch::assume_allocator_settings).
+        if obj.len() == 1 {
+            if let Some(conf) = obj.get("PYTORCH_CUDA_ALLOC_CONF").and_then(|v| v.as_str()) {
+                return PytorchConfig::parse(conf);
+            }
+        }
         if let Some(m) = obj.get("max_split_size").and_then(|v| v.as_i64()) {
             if m > 0 {
                 c.max_split_size = m as u64;

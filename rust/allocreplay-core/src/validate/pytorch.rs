@@ -46,6 +46,9 @@ pub struct PytorchValidation {
     /// any what-if prediction does; `ok` then asks for the recorded peaks, retries, OOMs and
     /// segment event sizes, not for equal addresses.
     pub no_addresses: bool,
+    /// Set when the snapshot recorded no `allocator_settings` (older layouts) and the
+    /// importer assumed them: what it assumed.
+    pub settings_assumed: Option<String>,
     /// The history was truncated: peaks of allocated memory and counters from the run's
     /// metadata cover the whole run, not the tail, and are not compared.
     pub seeded: bool,
@@ -164,6 +167,7 @@ pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> 
         num_ooms_recorded: ooms_recorded,
         num_ooms_replayed: s.num_ooms,
         no_addresses,
+        settings_assumed: trace.metadata.extra.get("allocator_settings_assumed").and_then(|v| v.as_str()).map(str::to_string),
         seeded,
         ok,
     })
