@@ -109,3 +109,29 @@ def test_validate_takes_bfc_profiler_captures():
     assert report["peak_in_use_replayed"] == report["peak_in_use_recorded"]
     readable = run_subprocess("validate", path)
     assert readable.code == 0 and "bfc_cpu_allocator_for_gpu" in readable.out and "OK" in readable.out
+
+
+def test_an_older_snapshot_layout_without_allocator_settings_validates_under_assumed_defaults(tmp_path):
+    # Snapshots of releases before _snapshot() recorded allocator_settings: the same run with the
+    # key removed must validate exactly as before, saying what it assumed.
+    import lzma
+    import pickle
+    import shutil
+
+    src = TRACES / "two_streams__default.pickle.xz"
+    snap = pickle.loads(lzma.decompress(src.read_bytes()))
+    del snap["allocator_settings"]
+    old = tmp_path / "old.pickle.xz"
+    old.write_bytes(lzma.compress(pickle.dumps(snap)))
+    shutil.copy(src.with_name("two_streams__default.json"), tmp_path / "old.json")
+    report = allocreplay.validate(old)
+    assert report["ok"] is True and report["address_match"] == 1.0
+    assert "no allocator_settings" in report["settings_assumed"] and "defaults" in report["settings_assumed"]
+    assert report["peak_reserved_replayed"] == 3_011_510_272  # two_streams__default.json
+    # The same layout with a PYTORCH_CUDA_ALLOC_CONF named by the capture's .json is honoured.
+    meta = json.loads((tmp_path / "old.json").read_text())
+    meta["alloc_conf"] = "expandable_segments:True"
+    (tmp_path / "old.json").write_text(json.dumps(meta))
+    report = allocreplay.validate(old)
+    assert "expandable_segments:True" in report["settings_assumed"]
+    assert report["ok"] is False  # the run was not expandable: the replay now differs
