@@ -118,7 +118,9 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
     let devices = trace.devices();
     // Resolve capacities and check every spec on every device before replaying anything, so a
     // typo in the last --policy fails at once.
-    let mut jobs: Vec<(String, i32, Option<u64>, Option<u64>, CapacitySource)> = Vec::new();
+    // (spec, device, the policy's cap, the device limit, where the limit came from)
+    type Job = (String, i32, Option<u64>, Option<u64>, CapacitySource);
+    let mut jobs: Vec<Job> = Vec::new();
     for spec in &req.policies {
         for &d in &devices {
             let info = trace.metadata.device(d);

@@ -161,6 +161,6 @@ fn a_mid_run_recording_starts_from_the_state_the_run_had_when_recording_began() 
     let mut p = allocreplay_core::policy::build("pytorch:recorded", &ctx).unwrap();
     let opts = allocreplay_core::engine::ReplayOptions { timeline: Some(0), ..Default::default() };
     let r = allocreplay_core::engine::replay_device(&t, 0, p.as_mut(), &opts);
-    let at_start = r.timeline.iter().filter(|pt| pt.event <= last_seed).last().unwrap();
+    let at_start = r.timeline.iter().rfind(|pt| pt.event <= last_seed).unwrap();
     assert_eq!((at_start.allocated, at_start.reserved), (323_379_200, 536_870_912));
 }
