@@ -75,8 +75,24 @@ def test_capacity_units_and_fractions_reach_the_replay(run_cli):
     assert sidecar(TWO)["device_total_bytes"] == H200
     assert capacities(run_cli, "0.5") == [H200 // 2]
     assert capacities(run_cli, "1.0") == [H200]
-    # No --capacity: the device's total memory.
-    assert [row["capacity_bytes"] for row in json.loads(run_cli("replay", TWO, "--json").out)] == [H200]
+    # No --capacity and no recorded cap: the device's memory less the CUDA context's share,
+    # where filling the H200 through the caching allocator stopped (149,369,651,200 reserved
+    # bytes and 13,762,560 free; tools/driver-probes/va-h200-580.159.txt, footprint).
+    rows = json.loads(run_cli("replay", TWO, "--json").out)
+    assert [(r["capacity_bytes"], r["capacity_source"]) for r in rows] == [(149_369_651_200 + 13_762_560, "device_total_minus_cuda_context")]
+    assert json.loads(run_cli("replay", TWO, "--capacity", "80GiB", "--json").out)[0]["capacity_source"] == "--capacity"
+
+
+def test_torch_oom_replays_its_recorded_retry_and_oom_with_no_flags(run_cli):
+    # traces/torch_oom.arrow: a growing cache under set_per_process_memory_fraction (1 GiB) until
+    # OutOfMemoryError; its recorded stats: 1 alloc retry, 1 OOM (traces/README.md).
+    r = run_cli("replay", TRACES / "torch_oom.arrow", "--policy", "pytorch:recorded", "--json")
+    assert r.code == 0, r.err
+    (row,) = json.loads(r.out)
+    assert (row["capacity_bytes"], row["capacity_source"]) == (1 << 30, "recorded_cap")
+    assert (row["num_alloc_retries"], row["num_ooms"]) == (1, 1)
+    out = run_cli("replay", TRACES / "torch_oom.arrow", "--policy", "pytorch:recorded").out
+    assert "limit: 1,073,741,824 bytes" in out and "set_per_process_memory_fraction" in out
 
 
 def test_fraction_needs_recorded_device_memory(tmp_path, run_cli):

@@ -79,6 +79,7 @@ def test_events_columns_and_action_codes():
         "segment_unmap",
         "oom",
         "snapshot",
+        "empty_cache",
     ]
 
 

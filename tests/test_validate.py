@@ -38,6 +38,29 @@ def test_validate_is_byte_exact_on_every_capture(path):
             assert dev["num_ooms_replayed"] == truth["num_ooms"]
 
 
+@pytest.mark.parametrize("path", shared_pytorch_pickles(), ids=lambda p: p.name.split(".")[0])
+def test_validate_no_addresses_reproduces_every_capture_in_the_modelled_address_space(path):
+    # What-if mode: no recorded address is borrowed (docs/driver-address-space.md). The run's
+    # own memory_stats() must still come out: peaks, retries, OOMs, and the segment events.
+    run = run_subprocess("validate", path, "--no-addresses", "--json")
+    assert run.code == 0, run.out
+    report = json.loads(run.out)
+    assert report["ok"] is True and report["no_addresses"] is True
+    for dev in report["devices"]:
+        truth = _stats(path, dev["device"])
+        assert dev["segment_events_match"] is True
+        assert dev["peak_reserved_replayed"] == truth["reserved_bytes.all.peak"]
+        if not dev["seeded"]:
+            assert dev["peak_allocated_replayed"] == truth["allocated_bytes.all.peak"]
+            assert (dev["num_alloc_retries_replayed"], dev["num_ooms_replayed"]) == (truth["num_alloc_retries"], truth["num_ooms"])
+
+
+def test_validate_no_addresses_readable_output():
+    run = run_subprocess("validate", TRACES / "two_streams__default.pickle.xz", "--no-addresses")
+    assert run.code == 0, run.err
+    assert "modelled driver address space" in run.out and "recorded address" not in run.out
+
+
 def test_capped_runs_replay_their_retries():
     # gpt2_train__default_capped.json: num_alloc_retries 3 under a 16,927,914,803-byte cap.
     path = next(p for p in shared_pytorch_pickles() if p.name.startswith("gpt2_train__default_capped"))
@@ -120,3 +143,29 @@ def test_validate_takes_the_allocator_option(run_cli):
     assert json.loads(r.out)["allocator"] == "GPU_0_bfc"
     r = run_cli("validate", path, "--allocator", "GPU_7_bfc")
     assert r.code == 2 and r.err.count("\n") == 1 and "GPU_7_bfc" in r.err and "xla_gpu_host_bfc" in r.err
+
+
+def test_an_older_snapshot_layout_without_allocator_settings_validates_under_assumed_defaults(tmp_path):
+    # Snapshots of releases before _snapshot() recorded allocator_settings: the same run with the
+    # key removed must validate exactly as before, saying what it assumed.
+    import lzma
+    import pickle
+    import shutil
+
+    src = TRACES / "two_streams__default.pickle.xz"
+    snap = pickle.loads(lzma.decompress(src.read_bytes()))
+    del snap["allocator_settings"]
+    old = tmp_path / "old.pickle.xz"
+    old.write_bytes(lzma.compress(pickle.dumps(snap)))
+    shutil.copy(src.with_name("two_streams__default.json"), tmp_path / "old.json")
+    report = allocreplay.validate(old)
+    assert report["ok"] is True and report["address_match"] == 1.0
+    assert "no allocator_settings" in report["settings_assumed"] and "defaults" in report["settings_assumed"]
+    assert report["peak_reserved_replayed"] == 3_011_510_272  # two_streams__default.json
+    # The same layout with a PYTORCH_CUDA_ALLOC_CONF named by the capture's .json is honoured.
+    meta = json.loads((tmp_path / "old.json").read_text())
+    meta["alloc_conf"] = "expandable_segments:True"
+    (tmp_path / "old.json").write_text(json.dumps(meta))
+    report = allocreplay.validate(old)
+    assert "expandable_segments:True" in report["settings_assumed"]
+    assert report["ok"] is False  # the run was not expandable: the replay now differs

@@ -194,7 +194,11 @@ def replay(
     ``"pytorch:expandable_segments:True"``...).
 
     ``capacity``: bytes (int), a size (``"80GiB"``, ``"16GB"``) or a fraction of the device's
-    recorded memory (``0.5``); default: the device's total memory when the trace records it.
+    recorded memory (``0.5``); default: the limit the recorded run had — its
+    ``set_per_process_memory_fraction`` cap when the trace records one, else (PyTorch) the
+    device's memory minus the CUDA context's share. The summary's ``capacity_source`` says which
+    (``--capacity``, ``recorded_cap``, ``device_total_minus_cuda_context``, ``device_total``,
+    ``unlimited``).
     """
     if not isinstance(trace, Trace):
         trace = load(trace)
@@ -223,7 +227,7 @@ def parse_capacity(text: str) -> int | float:
     return _core.parse_capacity(text)
 
 
-def validate(trace: Trace | str | os.PathLike[str]) -> dict[str, Any]:
+def validate(trace: Trace | str | os.PathLike[str], *, no_addresses: bool = False) -> dict[str, Any]:
     """Replays ``trace`` under the allocator settings (and memory cap) it recorded and compares
     decision by decision with what the real allocator did.
 
@@ -233,20 +237,25 @@ def validate(trace: Trace | str | os.PathLike[str]) -> dict[str, Any]:
     run's metadata, and ``ok`` (BFC captures: the keys of :func:`validate_bfc`). One device:
     its report, and itself again under ``devices``; several: only ``ok`` (all of them) and
     ``devices``, one report each. :func:`validate_reports` gives the typed reports.
+
+    ``no_addresses=True`` (PyTorch traces): new segments are placed in the modelled CUDA driver
+    address space (docs/driver-address-space.md) instead of at the recorded addresses, as in any
+    what-if replay; ``ok`` then asks for the recorded peaks, retries, OOMs and segment events
+    (sizes and order), not for equal addresses.
     """
-    return validation_dict(validate_reports(trace))
+    return validation_dict(validate_reports(trace, no_addresses=no_addresses))
 
 
 Report = ValidationReport | BfcValidationReport
 
 
-def validate_reports(trace: Trace | str | os.PathLike[str]) -> list[Report]:
+def validate_reports(trace: Trace | str | os.PathLike[str], *, no_addresses: bool = False) -> list[Report]:
     """:func:`validate`'s reports as typed objects, one per device (ascending):
     :class:`ValidationReport` for a PyTorch snapshot, :class:`BfcValidationReport` for a
     TensorFlow / JAX profiler capture."""
     if not isinstance(trace, Trace):
         trace = load(trace)
-    return _core.validate(trace._inner)
+    return _core.validate(trace._inner, no_addresses)
 
 
 def validation_dict(reports: Sequence[Report]) -> dict[str, Any]:

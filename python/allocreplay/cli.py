@@ -285,7 +285,7 @@ def _table(rows: list[list[str]], header: list[str], text_columns: Sequence[int]
     "-c",
     "--capacity",
     metavar="SIZE",
-    help="Device memory available: bytes, a size (80GiB, 81920MiB, 16GB) or a fraction of the trace's device memory (0.5). Default: the recorded device's total memory.",
+    help="Device memory available: bytes, a size (80GiB, 81920MiB, 16GB) or a fraction of the trace's device memory (0.5). Default: the limit the recorded run had: its set_per_process_memory_fraction cap when it recorded one, else (PyTorch) the device's memory minus the CUDA context's share; every output says which (capacity_source).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy and device.")
 @click.option(
@@ -351,6 +351,9 @@ def replay_cmd(
         f"{trace}: {info.events:,} events on device(s) {', '.join(map(str, info.devices))}"
         + (f"; the recorded run's peak reserved: {_gib(recorded)}" if recorded is not None else "")
     ]
+    limits = {(r["capacity_bytes"], r["capacity_source"]) for r in summary.iter_rows(named=True)}
+    for cap, source in sorted(limits, key=lambda x: (x[0] or 0, x[1])):
+        report.append(f"limit: {'none' if cap is None else f'{cap:,} bytes ({_gib(cap)})'} — {_CAPACITY_SOURCES.get(source, source)}")
     header = ["policy", "device", "peak allocated", "peak reserved", "device allocs", "retries", "OOMs", "first OOM at event", "seconds"]
 
     def count(n: int | None) -> str:
@@ -386,15 +389,31 @@ def replay_cmd(
     click.echo("\n".join(report), err=stdout_taken)
 
 
+_CAPACITY_SOURCES = {
+    "--capacity": "--capacity",
+    "recorded_cap": "the recorded run's cap (set_per_process_memory_fraction)",
+    "device_total_minus_cuda_context": "the device's memory minus the CUDA context's share (no cap recorded)",
+    "device_total": "the device's total memory",
+    "unlimited": "no device memory recorded: unlimited",
+}
+
+
 @cli.command("validate")
 @click.argument("trace", type=TRACE_PATH)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (several devices: ok, and one object per device under devices).")
 @_meta_option
 @_allocator_option
-def validate_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None) -> None:
+@click.option(
+    "--no-addresses",
+    is_flag=True,
+    help="Place new segments in the modelled CUDA driver address space instead of at the recorded "
+    "addresses, as every what-if replay does (docs/driver-address-space.md); compares peaks, "
+    "retries, OOMs and segment events.",
+)
+def validate_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, no_addresses: bool) -> None:
     """Replay TRACE under the settings and memory cap it recorded and compare, decision by
     decision, with what the real allocator did. Exit code 1 when the replay differs."""
-    reports = validate_reports(_load(trace, meta, allocator))
+    reports = validate_reports(_load(trace, meta, allocator), no_addresses=no_addresses)
     ok = all(r.ok for r in reports)
     if as_json:
         click.echo(json.dumps(validation_dict(reports)))
@@ -427,7 +446,14 @@ def _print_validation(r: ValidationReport | BfcValidationReport) -> None:
             rows.append(("pool bytes", _pair(r.pool_bytes_recorded, r.pool_bytes_replayed, _gib)))
         rows.append(("allocations at the recorded address", f"{r.address_match:.4%} of {r.allocs:,}"))
     else:
-        rows.append(("allocations at the recorded address", f"{r.address_match:.4%} of {r.allocs:,}"))
+        if r.settings_assumed:
+            rows.append(("allocator settings", r.settings_assumed))
+        limit = r.device_limit
+        rows.append(("limit", f"{'none' if limit is None else f'{limit:,} bytes'} — {_CAPACITY_SOURCES.get(r.capacity_source, r.capacity_source)}"))
+        if r.no_addresses:
+            rows.append(("segment addresses", "modelled driver address space (--no-addresses)"))
+        else:
+            rows.append(("allocations at the recorded address", f"{r.address_match:.4%} of {r.allocs:,}"))
         rows.append(
             (
                 "segment events",

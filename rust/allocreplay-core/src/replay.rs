@@ -19,8 +19,7 @@ use crate::units::Capacity;
 pub struct ReplayRequest {
     /// Policy specification strings (`pytorch`, `pytorch:expandable_segments:True`, ...).
     pub policies: Vec<String>,
-    /// `--capacity`; `None`: the device's total memory when the trace records it, else
-    /// unlimited.
+    /// `--capacity`; `None`: the limit the recorded run had ([`default_limit`]).
     pub capacity: Option<Capacity>,
     /// Timeline points kept per (policy, device), each the maximum of its bucket; 0 keeps all.
     pub timeline_points: usize,
@@ -40,11 +39,72 @@ impl Default for ReplayRequest {
 pub struct Run {
     pub spec: String,
     pub capacity: Option<u64>,
+    /// Where `capacity` came from (a [`CapacitySource`] name).
+    pub capacity_source: &'static str,
     pub replay: DeviceReplay,
     /// Why the policy could not run on this device of the trace (e.g. `jax` needs the
     /// device's memory, which a TensorFlow capture may not record); `replay` is then empty and
     /// the summary row holds this reason in its `error` column, its numbers null.
     pub error: Option<String>,
+}
+
+/// Bytes of device memory a PyTorch process cannot give its caching allocator: the CUDA
+/// context plus what cuBLAS, cuBLASLt and the attention kernels load on first use. Measured on
+/// an NVIDIA H200 (driver 580.159.04, torch 2.11.0+cu130; tools/driver-probes/va-h200-580.159.txt,
+/// `footprint`): `total - free - memory_reserved()` was 552,402,944 bytes after `torch.cuda.init()`
+/// and 726,466,560 after a matmul, a bf16 matmul and SDPA; filling the device through the caching
+/// allocator then stopped at 149,369,651,200 reserved bytes with 13,762,560 free (less than the
+/// next 20 MiB segment), i.e. at `total - 726,466,560`.
+pub const PYTORCH_CUDA_CONTEXT_BYTES: u64 = 726_466_560;
+
+/// Where a replay's device limit comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapacitySource {
+    /// `--capacity`.
+    Explicit,
+    /// The recorded run's `set_per_process_memory_fraction` cap (trace or sidecar).
+    RecordedCap,
+    /// A PyTorch run without a cap: the device's memory minus [`PYTORCH_CUDA_CONTEXT_BYTES`]
+    /// (where `cudaMalloc` starts failing).
+    DeviceMinusContext,
+    /// Another source's trace: the device's total memory.
+    DeviceTotal,
+    /// No limit known.
+    Unlimited,
+}
+
+impl CapacitySource {
+    pub fn name(self) -> &'static str {
+        match self {
+            CapacitySource::Explicit => "--capacity",
+            CapacitySource::RecordedCap => "recorded_cap",
+            CapacitySource::DeviceMinusContext => "device_total_minus_cuda_context",
+            CapacitySource::DeviceTotal => "device_total",
+            CapacitySource::Unlimited => "unlimited",
+        }
+    }
+}
+
+/// The limit a replay of `device` runs under: `(cap, device_limit, source)`. `cap` acts as the
+/// policy's own limit (PyTorch: `set_per_process_memory_fraction`, which also turns on
+/// `garbage_collection_threshold`); `device_limit` is where the device refuses memory.
+/// `--capacity` wins; otherwise a PyTorch trace replays at its recorded cap, or without one at
+/// the device's memory less the CUDA context's share.
+pub fn default_limit(trace: &Trace, device: i32, explicit: Option<Capacity>) -> Result<(Option<u64>, Option<u64>, CapacitySource)> {
+    let info = trace.metadata.device(device);
+    if let Some(c) = explicit {
+        let cap = c.resolve(info)?;
+        return Ok((Some(cap), Some(cap), CapacitySource::Explicit));
+    }
+    let pytorch = trace.metadata.source == "pytorch";
+    if let Some(cap) = info.and_then(|i| i.memory_cap).filter(|_| pytorch) {
+        return Ok((Some(cap), Some(cap), CapacitySource::RecordedCap));
+    }
+    match info.and_then(|i| i.total_memory) {
+        Some(total) if pytorch => Ok((None, Some(total.saturating_sub(PYTORCH_CUDA_CONTEXT_BYTES)), CapacitySource::DeviceMinusContext)),
+        Some(total) => Ok((None, Some(total), CapacitySource::DeviceTotal)),
+        None => Ok((None, None, CapacitySource::Unlimited)),
+    }
 }
 
 /// Replays `trace` under every policy of `req` with the policies of the registry.
@@ -62,6 +122,7 @@ struct Job {
     device: i32,
     explicit: Option<u64>,
     limit: Option<u64>,
+    source: CapacitySource,
     error: Option<String>,
 }
 
@@ -88,8 +149,7 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
     for spec in &req.policies {
         for &d in &devices {
             let info = trace.metadata.device(d);
-            let explicit = req.capacity.map(|c| c.resolve(info)).transpose()?;
-            let device_limit = explicit.or_else(|| info.and_then(|i| i.total_memory));
+            let (explicit, device_limit, source) = default_limit(trace, d, req.capacity)?;
             let ctx = PolicyContext { metadata: &trace.metadata, device: info, capacity: explicit };
             let mut error = None;
             if offline_alignment(spec)?.is_none() {
@@ -102,7 +162,7 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
                     error = Some(e.to_string());
                 }
             }
-            jobs.push(Job { spec: spec.clone(), device: d, explicit, limit: device_limit, error });
+            jobs.push(Job { spec: spec.clone(), device: d, explicit, limit: device_limit, source, error });
         }
     }
     let threads =
@@ -111,14 +171,14 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
     let results: Mutex<Vec<Option<Result<Run>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some(Job { spec, device: d, explicit, limit, error }) = jobs.get(i) else { break };
+        let Some(Job { spec, device: d, explicit, limit, source, error }) = jobs.get(i) else { break };
         if let Some(e) = error {
-            results.lock().unwrap()[i] = Some(Ok(failed_run(spec, *d, *limit, e.clone())));
+            results.lock().unwrap()[i] = Some(Ok(Run { capacity_source: source.name(), ..failed_run(spec, *d, *limit, e.clone()) }));
             continue;
         }
         let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(*d), capacity: *explicit };
         if let Ok(Some(alignment)) = offline_alignment(spec) {
-            let run = offline_run(trace, spec, *d, alignment, *limit);
+            let run = offline_run(trace, spec, *d, alignment, *limit).map(|r| Run { capacity_source: source.name(), ..r });
             if let Some(p) = progress {
                 p.fetch_add(trace.num_events() as u64, Ordering::Relaxed);
             }
@@ -138,11 +198,12 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
                 Run {
                     spec: spec.clone(),
                     capacity: *limit,
+                    capacity_source: source.name(),
                     replay: replay_device_hooked(trace, *d, p.as_mut(), &opts, &mut hooks),
                     error: None,
                 }
             }
-            Err(e) => failed_run(spec, *d, *limit, e.to_string()),
+            Err(e) => Run { capacity_source: source.name(), ..failed_run(spec, *d, *limit, e.to_string()) },
         };
         results.lock().unwrap()[i] = Some(Ok(run));
     };
@@ -181,6 +242,7 @@ fn failed_run(spec: &str, device: i32, capacity: Option<u64>, error: String) -> 
     Run {
         spec: spec.to_string(),
         capacity,
+        capacity_source: CapacitySource::Unlimited.name(),
         replay: DeviceReplay {
             policy: spec.to_string(),
             device,
@@ -246,6 +308,7 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
     Ok(Run {
         spec: spec.to_string(),
         capacity,
+        capacity_source: CapacitySource::Unlimited.name(),
         replay: DeviceReplay {
             policy: spec.to_string(),
             device,
@@ -297,11 +360,13 @@ pub fn summary_batch(runs: &[Run]) -> RecordBatch {
     ];
     let mut secs = Float64Builder::with_capacity(n);
     let mut error = StringBuilder::new();
+    let mut capacity_source = StringBuilder::with_capacity(n, n * 16);
     for r in runs {
         policy.append_value(&r.replay.policy);
         device.append_value(r.replay.device);
         secs.append_option(r.error.is_none().then_some(r.replay.replay_seconds));
         error.append_option(r.error.as_deref());
+        capacity_source.append_value(r.capacity_source);
     }
     let mut fields = vec![Field::new("policy", DataType::Utf8, false), Field::new("device", DataType::Int32, false)];
     let mut columns: Vec<ArrayRef> = vec![Arc::new(policy.finish()), Arc::new(device.finish())];
@@ -310,6 +375,8 @@ pub fn summary_batch(runs: &[Run]) -> RecordBatch {
         fields.push(Field::new(name, DataType::UInt64, nullable));
         columns.push(col);
     }
+    fields.push(Field::new("capacity_source", DataType::Utf8, false));
+    columns.push(Arc::new(capacity_source.finish()));
     let failed = runs.iter().any(|r| r.error.is_some());
     fields.push(Field::new("replay_seconds", DataType::Float64, failed));
     columns.push(Arc::new(secs.finish()));
@@ -576,6 +643,8 @@ mod tests {
         // Requests replayed on device 0: 3 allocs + free_requested + free_completed.
         assert_eq!(col_u64(&s, "events"), vec![Some(5), Some(1)]);
         assert_eq!(col_u64(&s, "capacity_bytes"), vec![None, None]);
+        let src = s.column_by_name("capacity_source").unwrap().as_string::<i32>();
+        assert_eq!((src.value(0), src.value(1)), ("unlimited", "unlimited"));
         let p = placements_batch(&runs);
         assert_eq!(p.num_rows(), 4);
         let seg = segments_batch(&runs);
@@ -602,11 +671,12 @@ mod tests {
         let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Fraction(0.5)), ..Default::default() };
         let s = summary_batch(&replay_with(&t, &req, &factory).unwrap());
         assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(5), None]);
-        // Without --capacity the recorded total memory is the device's limit.
+        // Without --capacity, a trace of another source than PyTorch: the recorded total memory.
         let t = tiny_trace(Some(4096));
         let req = ReplayRequest { policies: vec!["one_per_request".into()], ..Default::default() };
         let s = summary_batch(&replay_with(&t, &req, &factory).unwrap());
         assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(5), None]);
+        assert_eq!(s.column_by_name("capacity_source").unwrap().as_string::<i32>().value(0), "device_total");
         // A fraction without a recorded total is an argument error, before any replay.
         let t = tiny_trace(None);
         let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Fraction(0.5)), ..Default::default() };
@@ -640,6 +710,20 @@ mod tests {
         // A spec that does not build even with the memory known is a typo: nothing runs.
         let req = ReplayRequest { policies: vec!["one_per_request".into(), "needs_memry".into()], ..Default::default() };
         assert!(matches!(replay_with(&t, &req, &needs_memory), Err(Error::PolicySpec(_))));
+    }
+
+    #[test]
+    fn a_pytorch_trace_replays_at_its_recorded_cap_else_the_device_minus_the_context() {
+        let mut t = tiny_trace(Some(150_109_880_320));
+        t.metadata.source = "pytorch".into();
+        let (cap, limit, src) = default_limit(&t, 0, None).unwrap();
+        assert_eq!((cap, limit, src), (None, Some(150_109_880_320 - PYTORCH_CUDA_CONTEXT_BYTES), CapacitySource::DeviceMinusContext));
+        // The fill on the H200 stopped at 149,369,651,200 reserved bytes with 13,762,560 free.
+        assert_eq!(limit, Some(149_369_651_200 + 13_762_560));
+        t.metadata.devices[0].memory_cap = Some(1 << 30);
+        assert_eq!(default_limit(&t, 0, None).unwrap(), (Some(1 << 30), Some(1 << 30), CapacitySource::RecordedCap));
+        // --capacity overrides both.
+        assert_eq!(default_limit(&t, 0, Some(Capacity::Bytes(4096))).unwrap(), (Some(4096), Some(4096), CapacitySource::Explicit));
     }
 
     #[test]

@@ -88,3 +88,79 @@ fn mutated_real_snapshots_give_errors_not_panics() {
     // Most single-byte changes land in numbers and still import; some must be refused.
     assert!(errors > 0);
 }
+
+fn repo_trace(name: &str) -> PathBuf {
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../traces")).join(name);
+    assert!(p.is_file(), "missing fixture {}", p.display());
+    p
+}
+
+/// The `empty_cache` events of a trace, each with the action of the event after it.
+fn empty_caches(t: &allocreplay_core::Trace) -> Vec<u8> {
+    let c = t.columns();
+    (0..t.num_events()).filter(|&i| c.action[i] == allocreplay_core::Action::EmptyCache as u8).map(|i| c.action[i + 1]).collect()
+}
+
+#[test]
+fn empty_cache_calls_are_inferred_where_the_program_made_them() {
+    // traces/emptycache_lm: tools/driver-probes/midrun.py `emptycache` calls
+    // torch.cuda.empty_cache() after steps 2 and 4 of 6, each time with cached segments to free.
+    let t = load(&repo_trace("emptycache_lm.pickle.xz"), &ImportOptions::default()).unwrap();
+    let ec = empty_caches(&t);
+    assert_eq!(ec, vec![allocreplay_core::Action::SegmentFree as u8; 2], "each before its burst of segment frees");
+    assert_eq!(trace_info(&t).empty_caches, 2);
+}
+
+#[test]
+fn releases_inside_malloc_are_not_taken_for_empty_cache() {
+    // None of the shared captures' scripts calls empty_cache; the capped runs free cached
+    // segments inside malloc (retries: gpt2_train__default_capped's 3) and the gc06 run through
+    // garbage_collect_cached_blocks: those frees are followed by the malloc's segment_alloc.
+    for name in [
+        "gpt2_train__default_capped",
+        "gpt2_train__gc06_capped",
+        "gpt2_train__split128",
+        "gpt2_train__expandable_capped",
+        "compiled_mlp__default",
+    ] {
+        let t = load(&shared(&format!("{name}.pickle.xz")), &ImportOptions::default()).unwrap();
+        assert!(empty_caches(&t).is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn a_mid_run_recording_starts_from_the_state_the_run_had_when_recording_began() {
+    // traces/midrun_lm: warm-up, empty_cache, then _record_memory_history. Its .json holds
+    // memory_stats() taken just before recording began: 156 allocations of 323,379,200 bytes
+    // in 29 segments of 536,870,912 bytes. The seeds rebuilt from the history and the final
+    // segments must be exactly that state.
+    let t = load(&repo_trace("midrun_lm.pickle.xz"), &ImportOptions::default()).unwrap();
+    assert!(t.metadata.seeded);
+    let c = t.columns();
+    let (mut allocs, mut alloc_bytes, mut segs, mut seg_bytes) = (0, 0u64, 0, 0u64);
+    for i in (0..t.num_events()).filter(|&i| c.seed.value(i)) {
+        match allocreplay_core::Action::from_code(c.action[i]).unwrap() {
+            allocreplay_core::Action::Alloc => {
+                allocs += 1;
+                alloc_bytes += c.size[i];
+            }
+            allocreplay_core::Action::SegmentAlloc => {
+                segs += 1;
+                seg_bytes += c.size[i];
+            }
+            _ => {}
+        }
+    }
+    assert_eq!((allocs, segs, seg_bytes), (156, 29, 536_870_912));
+    assert!(alloc_bytes <= 323_379_200, "{alloc_bytes}");
+    // allocated_bytes counts blocks as the allocator cut them: replay the seeds and read the
+    // allocated bytes after the last one.
+    let last_seed = (0..t.num_events()).filter(|&i| c.seed.value(i)).max().unwrap();
+    let md = &t.metadata;
+    let ctx = allocreplay_core::policy::PolicyContext { metadata: md, device: md.device(0), capacity: None };
+    let mut p = allocreplay_core::policy::build("pytorch:recorded", &ctx).unwrap();
+    let opts = allocreplay_core::engine::ReplayOptions { timeline: Some(0), ..Default::default() };
+    let r = allocreplay_core::engine::replay_device(&t, 0, p.as_mut(), &opts);
+    let at_start = r.timeline.iter().rfind(|pt| pt.event <= last_seed).unwrap();
+    assert_eq!((at_start.allocated, at_start.reserved), (323_379_200, 536_870_912));
+}

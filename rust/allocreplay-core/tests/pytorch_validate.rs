@@ -73,3 +73,54 @@ fn capped_runs_reproduce_retries_and_ooms() {
         assert!(v.ok, "{name}: {v:?}");
     }
 }
+
+/// `validate --no-addresses`: the replay places segments in the modelled driver address space
+/// (engine::device::AddressSpace), as every what-if prediction does. On every shared capture the
+/// run's peak reserved, peak allocated, retries and OOMs (its `.json`) and its sequence of
+/// segment allocations and frees (sizes, order) must still come out exactly.
+#[test]
+fn every_shared_capture_validates_without_its_recorded_addresses() {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch"));
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("fixture folder missing: {} ({e})", dir.display()))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_suffix(".pickle.xz").map(str::to_owned))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 13, "expected the 13 shared PyTorch captures, found {names:?}");
+    let mut failed = Vec::new();
+    for name in &names {
+        let trace = load(&shared(&format!("{name}.pickle.xz")), &ImportOptions::default()).unwrap();
+        for dev in trace.devices() {
+            let v = allocreplay_core::validate::pytorch::validate_pytorch_with(&trace, dev, true).unwrap();
+            eprintln!("{name} dev{dev}: {}", serde_json::to_string(&v).unwrap());
+            assert!(v.no_addresses);
+            if !(v.ok && v.peak_reserved_recorded == Some(v.peak_reserved_replayed) && v.segment_events_match) {
+                failed.push(name.clone());
+            }
+        }
+    }
+    assert!(failed.is_empty(), "not exact without recorded addresses: {failed:?}");
+}
+
+#[test]
+fn gpt2_capped_without_addresses_retries_three_times_and_never_ooms() {
+    // The case: the old top-down address model predicted 1 OOM; the run (and three
+    // reruns on the H200) had 3 retries and 0 OOMs under the 16,927,914,803-byte cap.
+    let trace = load(&shared("gpt2_train__default_capped.pickle.xz"), &ImportOptions::default()).unwrap();
+    let v = allocreplay_core::validate::pytorch::validate_pytorch_with(&trace, 0, true).unwrap();
+    assert_eq!(v.capacity, Some(16_927_914_803));
+    assert_eq!((v.num_alloc_retries_replayed, v.num_ooms_replayed), (3, 0));
+    assert_eq!(v.peak_reserved_replayed, 16_827_547_648);
+}
+
+#[test]
+fn a_run_with_empty_cache_calls_validates_once_they_are_replayed() {
+    // traces/emptycache_lm (H200, torch 2.11): two torch.cuda.empty_cache() calls; its .json:
+    // reserved_bytes.all.peak 1,438,646,272. Without the inferred empty_cache events the replay
+    // kept the cache and was +0.73% with its segment events differing from #50.
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../traces/emptycache_lm.pickle.xz"));
+    let trace = load(&p, &ImportOptions::default()).unwrap();
+    let v = validate_pytorch(&trace, 0).unwrap();
+    assert!(v.ok && v.segment_events_match && v.address_match == 1.0, "{v:?}");
+    assert_eq!(v.peak_reserved_replayed, 1_438_646_272);
+}

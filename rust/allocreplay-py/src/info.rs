@@ -20,6 +20,7 @@ typed_result!(
         free_requests: usize,
         segment_events: usize,
         ooms: usize,
+        empty_caches: usize,
         streams: usize,
         pools: usize,
         seed_allocs: usize,

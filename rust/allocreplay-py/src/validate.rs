@@ -21,6 +21,8 @@ typed_result!(
         device: i32,
         policy: String,
         capacity: Option<u64>,
+        device_limit: Option<u64>,
+        capacity_source: String,
         allocs: usize,
         address_match: f64,
         first_address_mismatch_event: Option<usize>,
@@ -37,6 +39,8 @@ typed_result!(
         num_alloc_retries_replayed: u64,
         num_ooms_recorded: Option<u64>,
         num_ooms_replayed: u64,
+        no_addresses: bool,
+        settings_assumed: Option<String>,
         seeded: bool,
         ok: bool,
     }
@@ -75,10 +79,13 @@ typed_result!(
 );
 
 /// `validate`: every device of `trace` (ascending), replayed under its recorded settings.
+/// `no_addresses`: PyTorch traces replay in the modelled driver address space, without their
+/// recorded segment addresses (`validate --no-addresses`).
 #[pyfunction]
-pub fn validate(py: Python<'_>, trace: &PyTrace) -> BindingResult<Vec<Py<PyAny>>> {
+#[pyo3(signature = (trace, no_addresses=false))]
+pub fn validate(py: Python<'_>, trace: &PyTrace, no_addresses: bool) -> BindingResult<Vec<Py<PyAny>>> {
     let t = Arc::clone(&trace.inner);
-    let reports = py.detach(move || core_validate::validate_trace(&t))?;
+    let reports = py.detach(move || core_validate::validate_trace_with(&t, no_addresses))?;
     let mut out = Vec::with_capacity(reports.len());
     for r in reports {
         out.push(match r {

@@ -1,12 +1,157 @@
 //! The device under a policy: a capacity, and the addresses of the memory it hands out
 //! (`cudaMalloc`, `cuMemMap`, a BFC region). In `validate`, addresses come from the recorded run
-//! so that best-fit ties break as they did on the GPU; otherwise from a simulated address space
-//! that hands out addresses top-down, as the CUDA driver mostly does (shared/reference/findings.md).
+//! so that best-fit ties break as they did on the GPU; otherwise from [`AddressSpace`], a model
+//! of the CUDA driver's virtual address placement measured on an H200
+//! (docs/driver-address-space.md).
 
 use std::collections::BTreeMap;
 
+use rustc_hash::FxHashMap;
+
 use super::DeviceEvent;
 use crate::trace::Action;
+
+const MIB: u64 = 1 << 20;
+/// The driver's page: every `cudaMalloc` takes a multiple of 2 MiB of address space.
+const VA_PAGE: u64 = 2 * MIB;
+/// A new range is placed at a 32 MiB-aligned address.
+const VA_ALIGN: u64 = 32 * MIB;
+/// Top of the range new `cudaMalloc` regions are carved from (downwards). Absolute values
+/// differ from run to run on the GPU; only the layout relative to it is modelled.
+const VA_TOP: u64 = 0x7f00_0000_0000;
+const VA_BOTTOM: u64 = 0x7000_0000_0000;
+/// Where `cuMemAddressReserve` hands out ranges (upwards): 0x3_0200_0000 on the H200
+/// (probe `vmm`, and every expandable-segments capture's first segment).
+const RESERVE_BASE: u64 = 0x3_0200_0000;
+
+/// A range carved from the free address space by a `cudaMalloc`: the allocation at its base,
+/// and what is left of it above (its *holes*), which later allocations fill.
+#[derive(Debug, Clone)]
+struct Region {
+    end: u64,
+    /// Allocations living in the region.
+    live: u32,
+    /// Unused ranges start -> end, inside the region.
+    holes: BTreeMap<u64, u64>,
+}
+
+/// The CUDA driver's placement of `cudaMalloc` allocations in the device's virtual address
+/// space (driver 580.159, H200; docs/driver-address-space.md has the probes):
+///
+/// 1. A request takes its size rounded up to 2 MiB.
+/// 2. It goes to the lowest hole (unused tail of a live region) that fits, at the hole's base.
+/// 3. Otherwise a new region is carved from the free address space, top-down: from the highest
+///    free range at least `size + 32 MiB` long, at `align_down(range end - size, 32 MiB)`; the
+///    region reaches up to the range's end, so what is above the allocation becomes its hole
+///    (20 MiB allocations land 32 MiB apart, 2 MiB ones fill the 12 MiB tails).
+/// 4. A freed allocation's range stays with its region until the region's last allocation is
+///    freed; then the whole region returns to the free address space, merged with its
+///    neighbours.
+///
+/// The context's own allocations leave two holes above the first region (2 MiB at +414 MiB and
+/// 24 MiB at +488 MiB, in a fresh process); they are modelled too.
+#[derive(Debug, Clone)]
+pub struct AddressSpace {
+    free: BTreeMap<u64, u64>,
+    regions: BTreeMap<u64, Region>,
+    /// Allocation address -> the base of its region.
+    owner: FxHashMap<u64, u64>,
+    /// Next `cuMemAddressReserve` address.
+    reserve_next: u64,
+}
+
+impl Default for AddressSpace {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AddressSpace {
+    pub fn new() -> Self {
+        let mut regions = BTreeMap::new();
+        // The context's region (never freed), with the holes a fresh process shows.
+        regions.insert(
+            VA_TOP + 400 * MIB,
+            Region {
+                end: VA_TOP + 512 * MIB,
+                live: 1 << 30,
+                holes: BTreeMap::from([(VA_TOP + 414 * MIB, VA_TOP + 416 * MIB), (VA_TOP + 488 * MIB, VA_TOP + 512 * MIB)]),
+            },
+        );
+        AddressSpace { free: BTreeMap::from([(VA_BOTTOM, VA_TOP)]), regions, owner: FxHashMap::default(), reserve_next: RESERVE_BASE }
+    }
+
+    /// `cudaMalloc(size)`'s address.
+    pub fn malloc(&mut self, size: u64) -> u64 {
+        let need = size.div_ceil(VA_PAGE).max(1) * VA_PAGE;
+        // 2. The lowest hole that fits.
+        let hole = self
+            .regions
+            .iter()
+            .flat_map(|(&base, r)| r.holes.iter().map(move |(&s, &e)| (s, e, base)))
+            .filter(|&(s, e, _)| e - s >= need)
+            .min_by_key(|&(s, _, _)| s);
+        if let Some((s, e, base)) = hole {
+            let r = self.regions.get_mut(&base).expect("region");
+            r.holes.remove(&s);
+            if s + need < e {
+                r.holes.insert(s + need, e);
+            }
+            r.live += 1;
+            self.owner.insert(s, base);
+            return s;
+        }
+        // 3. A new region, top-down.
+        let range = self.free.iter().rev().find(|(&s, &e)| e - s >= need + VA_ALIGN).map(|(&s, &e)| (s, e));
+        let Some((s, e)) = range else {
+            // Out of modelled address space (never in practice): below it, unmanaged.
+            return VA_BOTTOM.saturating_sub(need);
+        };
+        let addr = (e - need) / VA_ALIGN * VA_ALIGN;
+        self.free.remove(&s);
+        if s < addr {
+            self.free.insert(s, addr);
+        }
+        let mut holes = BTreeMap::new();
+        if addr + need < e {
+            holes.insert(addr + need, e);
+        }
+        self.regions.insert(addr, Region { end: e, live: 1, holes });
+        self.owner.insert(addr, addr);
+        addr
+    }
+
+    /// `cudaFree(addr)`. Addresses the model did not hand out (recorded ones) are ignored.
+    pub fn free(&mut self, addr: u64) {
+        let Some(base) = self.owner.remove(&addr) else { return };
+        let r = self.regions.get_mut(&base).expect("region");
+        r.live -= 1;
+        if r.live > 0 {
+            return;
+        }
+        let end = r.end;
+        self.regions.remove(&base);
+        let mut start = base;
+        let mut end = end;
+        if let Some((&s, &e)) = self.free.range(..start).next_back() {
+            if e == start {
+                start = s;
+                self.free.remove(&s);
+            }
+        }
+        if let Some(e2) = self.free.remove(&end) {
+            end = e2;
+        }
+        self.free.insert(start, end);
+    }
+
+    /// `cuMemAddressReserve(size)`: upwards from [`RESERVE_BASE`], 32 MiB aligned.
+    pub fn reserve(&mut self, size: u64) -> u64 {
+        let addr = self.reserve_next;
+        self.reserve_next = (addr + size).div_ceil(VA_ALIGN) * VA_ALIGN;
+        addr
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct DeviceMemory {
@@ -21,8 +166,8 @@ pub struct DeviceMemory {
     /// A recorded address for the request being served (BFC places a new region where the
     /// triggering allocation was recorded).
     pub request_hint: Option<u64>,
-    /// Simulated address space: free ranges start -> end.
-    free: BTreeMap<u64, u64>,
+    /// The driver's address space, for allocations with no recorded address.
+    pub va: AddressSpace,
     pub num_malloc: u64,
     pub num_free: u64,
     /// Index of the event being replayed (stamped on logged device events).
@@ -31,10 +176,6 @@ pub struct DeviceMemory {
     pub log: Option<Vec<DeviceEvent>>,
 }
 
-/// Top of the simulated address space (a typical CUDA device VA on Linux).
-const VA_TOP: u64 = 0x7f00_0000_0000;
-const VA_BOTTOM: u64 = 0x7000_0000_0000;
-
 impl DeviceMemory {
     pub fn new(capacity: Option<u64>) -> Self {
         DeviceMemory {
@@ -42,7 +183,7 @@ impl DeviceMemory {
             used: 0,
             hints: Vec::new(),
             request_hint: None,
-            free: BTreeMap::from([(VA_BOTTOM, VA_TOP)]),
+            va: AddressSpace::new(),
             num_malloc: 0,
             num_free: 0,
             event: 0,
@@ -89,10 +230,9 @@ impl DeviceMemory {
     fn pick_address(&mut self, size: u64) -> u64 {
         if let Some(pos) = self.hints.iter().position(|&(_, s)| s == size) {
             let (addr, _) = self.hints.remove(pos);
-            self.carve(addr, size);
             return addr;
         }
-        self.take_top(size)
+        self.va.malloc(size)
     }
 
     /// `malloc` at a given address (validate: a region placed where the trace shows it).
@@ -102,14 +242,13 @@ impl DeviceMemory {
         }
         self.used += size;
         self.num_malloc += 1;
-        self.carve(addr, size);
         self.record(Action::SegmentAlloc, addr, size);
         Some(addr)
     }
 
     /// Reserves a virtual range (expandable segments: no physical memory, no capacity).
     pub fn reserve_virtual(&mut self, size: u64) -> u64 {
-        self.take_top(size)
+        self.va.reserve(size)
     }
 
     /// Maps `size` bytes of physical memory at `addr` (`cuMemMap`); `false` over capacity.
@@ -141,62 +280,7 @@ impl DeviceMemory {
         self.used -= size;
         self.num_free += 1;
         self.record(Action::SegmentFree, addr, size);
-        self.give_back(addr, size);
-    }
-
-    /// Highest free range that fits, 2 MiB aligned, taken from its top (driver-like).
-    fn take_top(&mut self, size: u64) -> u64 {
-        const ALIGN: u64 = 2 << 20;
-        let need = size.div_ceil(ALIGN) * ALIGN;
-        let found = self.free.iter().rev().find(|(&s, &e)| e - s >= need).map(|(&s, &e)| (s, e));
-        match found {
-            Some((s, e)) => {
-                let addr = e - need;
-                if addr == s {
-                    self.free.remove(&s);
-                } else {
-                    self.free.insert(s, addr);
-                }
-                addr
-            }
-            // Out of simulated VA (never in practice): hand out addresses below.
-            None => VA_BOTTOM - need,
-        }
-    }
-
-    /// Marks [addr, addr+size) used if it lies in a free range (hinted addresses may lie
-    /// outside the simulated range: then nothing to do).
-    fn carve(&mut self, addr: u64, size: u64) {
-        let Some((&s, &e)) = self.free.range(..=addr).next_back() else { return };
-        if addr >= e || addr + size > e {
-            return;
-        }
-        self.free.remove(&s);
-        if s < addr {
-            self.free.insert(s, addr);
-        }
-        if addr + size < e {
-            self.free.insert(addr + size, e);
-        }
-    }
-
-    fn give_back(&mut self, addr: u64, size: u64) {
-        if !(VA_BOTTOM..VA_TOP).contains(&addr) {
-            return;
-        }
-        let mut start = addr;
-        let mut end = (addr + size).div_ceil(2 << 20) * (2 << 20);
-        if let Some((&s, &e)) = self.free.range(..addr).next_back() {
-            if e == start {
-                start = s;
-                self.free.remove(&s);
-            }
-        }
-        if let Some(&e2) = self.free.get(&end) {
-            self.free.remove(&end);
-            end = e2;
-        }
-        self.free.insert(start, end);
+        self.va.free(addr);
     }
 }
 
@@ -204,15 +288,79 @@ impl DeviceMemory {
 mod tests {
     use super::*;
 
+    const T: u64 = VA_TOP;
+
+    /// Runs `cudaMalloc`s (MiB) and frees (index of an earlier malloc, as `-(i + 1)`) and
+    /// returns each malloc's address relative to the model's top, in MiB.
+    fn run(ops: &[i64]) -> Vec<i64> {
+        let mut va = AddressSpace::new();
+        let mut addrs = Vec::new();
+        for &op in ops {
+            if op > 0 {
+                addrs.push(va.malloc(op as u64 * MIB));
+            } else {
+                va.free(addrs[(-op - 1) as usize]);
+            }
+        }
+        addrs.iter().map(|&a| (a as i64 - T as i64) / MIB as i64).collect()
+    }
+
+    // Expected layouts: the real driver's (tools/driver-probes/va-h200-580.159.txt, probes of
+    // the same name), relative to the top of the first region the probe carved.
+
     #[test]
-    fn capacity_is_enforced_and_freed_memory_is_reusable() {
+    fn p01_20_mib_allocations_land_32_mib_apart_after_the_context_hole() {
+        // The first fits the context's 24 MiB hole; then regions top-down, 32 MiB apart.
+        assert_eq!(run(&[20, 20, 20, 20]), vec![488, -32, -64, -96]);
+    }
+
+    #[test]
+    fn p06_tails_of_40_mib_regions_take_20_mib_lowest_first() {
+        let got = run(&[40, 40, 40, 40, 20, 20, 20, 20, 20, 20, 2, 2]);
+        assert_eq!(got, vec![-64, -128, -192, -256, -216, -152, -88, -24, 488, -288, -268, -266]);
+    }
+
+    #[test]
+    fn p05_a_freed_slot_between_live_regions_is_not_reused() {
+        // Eight 20 MiB, free the 3rd, 5th and 7th: the next 20 MiB go below the last region.
+        let mut ops = vec![20; 8];
+        ops.extend([-3, -5, -7, 20, 20]);
+        let got = run(&ops);
+        assert_eq!(&got[..8], &[488, -32, -64, -96, -128, -160, -192, -224]);
+        assert_eq!(&got[8..], &[-256, -288]);
+    }
+
+    #[test]
+    fn p10_freeing_every_region_returns_the_range_top_down() {
+        // Ten 20 MiB (one in the context hole), all freed, then 40 MiB ones reuse the range from
+        // its top (the first region's top) down, 32 MiB aligned; 20 MiB then fill their tails.
+        let mut ops = vec![20; 10];
+        ops.extend((1..=10).map(|i| -i));
+        ops.extend([40, 40, 20]);
+        let got = run(&ops);
+        assert_eq!(&got[10..], &[-64, -128, -88]);
+    }
+
+    #[test]
+    fn p12_a_freed_80_mib_region_is_reused_while_it_holds_size_plus_32_mib() {
+        // 80 MiB regions are 96 MiB apart; free the 2nd and 4th; 20 MiB go to the context hole,
+        // then the 2nd's range twice (64 MiB left, then 32 MiB: too small), then the 4th's.
+        let mut ops = vec![80; 6];
+        ops.extend([-2, -4, 20, 20, 20, 20]);
+        let got = run(&ops);
+        assert_eq!(&got[..6], &[-96, -192, -288, -384, -480, -576]);
+        assert_eq!(&got[6..], &[488, -128, -160, -320]);
+    }
+
+    #[test]
+    fn capacity_is_enforced() {
         let mut d = DeviceMemory::new(Some(40 << 20));
         let a = d.malloc(20 << 20).unwrap();
         let b = d.malloc(20 << 20).unwrap();
-        assert!(b < a, "top-down");
+        assert_ne!(a, b);
         assert_eq!(d.malloc(2 << 20), None);
         d.free(a, 20 << 20);
-        assert_eq!(d.malloc(20 << 20), Some(a));
+        assert!(d.malloc(20 << 20).is_some());
     }
 
     #[test]
@@ -221,5 +369,16 @@ mod tests {
         d.set_hints([(0x1000_0000, 2 << 20)]);
         assert_eq!(d.malloc(20 << 20).map(|a| a >= VA_BOTTOM), Some(true));
         assert_eq!(d.malloc(2 << 20), Some(0x1000_0000));
+    }
+
+    #[test]
+    fn address_reservations_go_upwards_32_mib_aligned() {
+        // gpt2_train__expandable: the large pool's reservation (20 MiB segments for 9/8 of the
+        // device's memory) at 0x302000000, the small pool's next at 0x2a56000000.
+        let mut va = AddressSpace::new();
+        let total = 150_109_880_320u64;
+        let large = (total + total / 8).div_ceil(20 * MIB) * 20 * MIB;
+        assert_eq!(va.reserve(large), 0x3_0200_0000);
+        assert_eq!(va.reserve(1 << 30), 0x2a_5600_0000);
     }
 }

@@ -236,6 +236,10 @@ pub fn replay_device_hooked(
                     }
                 }
             }
+            Action::EmptyCache => {
+                events += 1;
+                policy.empty_cache(&mut dev);
+            }
             Action::SegmentAlloc | Action::SegmentMap => {
                 if seed {
                     let addr = c.addr.value(i);

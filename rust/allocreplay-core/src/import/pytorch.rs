@@ -157,6 +157,9 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
         capture.remove("memory_stats_per_device");
         metadata.extra.insert("capture".into(), serde_json::Value::Object(capture));
     }
+    if metadata.allocator_settings.is_null() {
+        assume_allocator_settings(&mut metadata);
+    }
     if !chunks.is_empty() {
         let mut col = vec![None; out.len()];
         for (row, c) in chunks {
@@ -391,7 +394,25 @@ fn import_device(
     }
 
     // --- The recorded history.
-    for e in parsed {
+    let is_release = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
+    for (k, e) in parsed.iter().enumerate() {
+        // torch.cuda.empty_cache() records no entry of its own, only the segment frees (or
+        // unmaps) of DeviceCachingAllocator::release_cached_blocks. Every release the allocator
+        // makes by itself happens inside malloc (release_available_cached_blocks, the retry's
+        // release_cached_blocks, garbage_collect_cached_blocks) and is followed by that malloc's
+        // segment_alloc / segment_map or its oom. A run of frees of default-pool segments
+        // followed by anything else was the program's: an `empty_cache` event goes before it.
+        if is_release(e.action) && (k == 0 || !is_release(parsed[k - 1].action)) {
+            let end = (k..parsed.len()).find(|&j| !is_release(parsed[j].action)).unwrap_or(parsed.len());
+            let inside_malloc =
+                parsed.get(end).is_some_and(|n| matches!(n.action, Action::SegmentAlloc | Action::SegmentMap | Action::Oom));
+            if !inside_malloc && (k..end).all(|j| pool_of(&seg_pool, parsed[j].addr) == 0) {
+                let mut ec = EventRow::new(Action::EmptyCache, 0);
+                ec.device = dev;
+                ec.time_ns = e.time_ns;
+                out.push(&ec);
+            }
+        }
         let mut r = EventRow::new(e.action, e.size);
         r.addr = Some(e.addr);
         r.stream = e.stream;
@@ -428,11 +449,36 @@ fn import_device(
             Action::Oom => {
                 // `addr` of an oom entry is the device's free bytes, not an address.
             }
-            Action::Snapshot => {}
+            Action::Snapshot | Action::EmptyCache => {}
         }
         out.push(&r);
     }
     seeded
+}
+
+/// Snapshots of PyTorch releases before `_snapshot()` recorded `allocator_settings` (older
+/// layouts) carry no settings: assume the release's defaults (the modelled ones —
+/// max_split_size unlimited, no garbage collection, no expandable segments, no power-of-2
+/// rounding — are the same in every release from 2.0 on), with the `PYTORCH_CUDA_ALLOC_CONF` the
+/// capture's `.json` names if it names one, and say so in `extra.allocator_settings_assumed`.
+fn assume_allocator_settings(metadata: &mut TraceMetadata) {
+    let conf = metadata
+        .extra
+        .get("capture")
+        .and_then(|c| c.get("alloc_conf").or_else(|| c.get("PYTORCH_CUDA_ALLOC_CONF")))
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let version = metadata.source_version.clone().unwrap_or_else(|| "an unknown version".into());
+    metadata.allocator_settings = serde_json::json!({ "PYTORCH_CUDA_ALLOC_CONF": conf });
+    metadata.extra.insert(
+        "allocator_settings_assumed".into(),
+        format!(
+            "the snapshot records no allocator_settings (an older PyTorch layout); assumed the defaults of PyTorch ({version}){}",
+            if conf.is_empty() { String::new() } else { format!(" with PYTORCH_CUDA_ALLOC_CONF={conf} from the capture's .json") }
+        )
+        .into(),
+    );
 }
 
 fn seg_pool_for(final_pool: &FxHashMap<u64, u32>, addr: u64) -> u32 {

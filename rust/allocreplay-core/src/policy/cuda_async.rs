@@ -534,6 +534,14 @@ impl Policy for CudaAsync {
         self.complete_free(id, device);
     }
 
+    /// `CUDAMallocAsyncAllocator::emptyCache`: `cudaDeviceSynchronize` then
+    /// `cudaMemPoolTrimTo(pool, 0)`: every idle chunk goes back.
+    fn empty_cache(&mut self, device: &mut DeviceMemory) {
+        let threshold = std::mem::replace(&mut self.release_threshold, 0);
+        self.trim(device);
+        self.release_threshold = threshold;
+    }
+
     fn stats(&self) -> &Stats {
         &self.stats
     }

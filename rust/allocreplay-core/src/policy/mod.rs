@@ -104,6 +104,10 @@ pub trait Policy {
     /// the policy creates what it needs when seed allocations arrive.
     fn seed_segment(&mut self, _addr: u64, _size: u64, _stream: i64, _pool: u32, _device: &mut DeviceMemory) {}
 
+    /// The program asked the allocator to release its cache (`torch.cuda.empty_cache()`).
+    /// Policies without a cache of free device memory have nothing to do.
+    fn empty_cache(&mut self, _device: &mut DeviceMemory) {}
+
     fn stats(&self) -> &Stats;
 
     fn segments(&self) -> Vec<SegmentInfo>;

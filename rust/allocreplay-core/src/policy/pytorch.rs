@@ -41,7 +41,18 @@ pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> 
             )));
         }
     }
-    Ok(Box::new(CachingAllocator::new(name, config, ctx.capacity, total)))
+    // DeviceCachingAllocator's constructor: setMemoryFraction(per_process_memory_fraction());
+    // a fraction below 1 caps the device like set_per_process_memory_fraction (--capacity wins).
+    let capacity = match (ctx.capacity, total) {
+        (None, Some(t)) if config.per_process_memory_fraction < 1.0 => Some((config.per_process_memory_fraction * t as f64) as u64),
+        (None, None) if config.per_process_memory_fraction < 1.0 => {
+            return Err(Error::PolicySpec(format!(
+                "{name}: per_process_memory_fraction needs the device's total memory, which the trace does not record; pass --capacity"
+            )))
+        }
+        (c, _) => c,
+    };
+    Ok(Box::new(CachingAllocator::new(name, config, capacity, total)))
 }
 
 #[derive(Debug, Clone)]
@@ -847,6 +858,11 @@ impl Policy for CachingAllocator {
 
     /// `DeviceCachingAllocator::malloc`.
     fn malloc(&mut self, req: &Request, dev: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        // NativeCachingAllocator::allocate: `if (size != 0)` guards the call to malloc; a 0-byte
+        // tensor gets a null pointer and takes no block (its free is a no-op: no block by id).
+        if req.size == 0 {
+            return Ok(Placement { addr: 0, size: 0, segment: 0 });
+        }
         let stream = req.stream as u64;
         let size = self.round_size(req.size);
         let pool = self.pool_index(req.pool, size <= K_SMALL_SIZE);
@@ -915,6 +931,12 @@ impl Policy for CachingAllocator {
         }
         self.by_id[id as usize] = NONE;
         self.free_block(b);
+    }
+
+    /// `DeviceCachingAllocator::emptyCache`: `release_cached_blocks` (every unused segment of
+    /// the default pools is freed, expandable segments unmap their free pages).
+    fn empty_cache(&mut self, dev: &mut DeviceMemory) {
+        self.release_cached_blocks(dev);
     }
 
     fn seed_segment(&mut self, addr: u64, size: u64, stream: i64, pool: u32, _dev: &mut DeviceMemory) {
@@ -1198,6 +1220,38 @@ mod tests {
         assert_eq!(a.stats.num_ooms, 1);
         assert_eq!(a.stats.reserved, before.reserved);
         assert_eq!(a.stats.allocated, before.allocated);
+    }
+
+    #[test]
+    fn a_zero_byte_request_takes_no_block() {
+        // NativeCachingAllocator::allocate never calls malloc for size 0.
+        let (mut a, mut d) = alloc("", None);
+        assert_eq!(a.malloc(&req(0, 0, 0), &mut d).unwrap(), Placement { addr: 0, size: 0, segment: 0 });
+        assert_eq!((a.stats.allocated, a.stats.reserved, a.stats.num_device_alloc), (0, 0, 0));
+        free(&mut a, &mut d, 0);
+        // A real request afterwards is unaffected (and gets its own id's block).
+        a.malloc(&req(1, 512, 0), &mut d).unwrap();
+        assert_eq!((a.stats.allocated, a.stats.reserved), (512, 2 * MB));
+    }
+
+    #[test]
+    fn per_process_memory_fraction_caps_like_set_per_process_memory_fraction() {
+        use crate::trace::{DeviceInfo, TraceMetadata};
+        let mut md = TraceMetadata::new("pytorch");
+        md.devices = vec![DeviceInfo { index: 0, total_memory: Some(100 * MB), ..Default::default() }];
+        let ctx = PolicyContext { metadata: &md, device: md.device(0), capacity: None };
+        let mut p = from_spec("per_process_memory_fraction:0.5", &ctx).unwrap();
+        let mut d = DeviceMemory::new(Some(100 * MB));
+        p.malloc(&req(0, 40 * MB, 0), &mut d).unwrap();
+        // 40 MiB + 20 MiB > 50 MiB = 0.5 x 100 MiB: refused although the device has room.
+        assert_eq!(p.malloc(&req(1, 20 * MB, 0), &mut d), Err(OutOfMemory { alloc_size: 20 * MB }));
+        // 1.0 is no cap; --capacity wins over the option.
+        let mut p = from_spec("per_process_memory_fraction:1.0", &ctx).unwrap();
+        p.malloc(&req(0, 40 * MB, 0), &mut d).unwrap();
+        assert!(p.malloc(&req(1, 20 * MB, 0), &mut d).is_ok());
+        let ctx = PolicyContext { metadata: &md, device: md.device(0), capacity: Some(30 * MB) };
+        let mut p = from_spec("per_process_memory_fraction:0.5", &ctx).unwrap();
+        assert!(p.malloc(&req(0, 40 * MB, 0), &mut DeviceMemory::new(Some(30 * MB))).is_err());
     }
 
     #[test]

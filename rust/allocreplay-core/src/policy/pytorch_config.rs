@@ -23,6 +23,9 @@ pub struct PytorchConfig {
     pub expandable_segments: bool,
     /// Large-pool segment / expandable page size (kLargeBuffer unless `large_segment_size_mb`).
     pub large_segment_size: u64,
+    /// `per_process_memory_fraction` (1.0 = no cap): `DeviceCachingAllocator`'s constructor
+    /// calls `setMemoryFraction` with it, as `torch.cuda.set_per_process_memory_fraction` does.
+    pub per_process_memory_fraction: f64,
 }
 
 impl Default for PytorchConfig {
@@ -34,6 +37,7 @@ impl Default for PytorchConfig {
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
             large_segment_size: K_LARGE_BUFFER,
+            per_process_memory_fraction: 1.0,
         }
     }
 }
@@ -50,9 +54,16 @@ pub const VALID_OPTIONS: &[&str] = &[
     "pinned_use_cuda_host_register",
     "pinned_num_register_threads",
     "pinned_use_background_threads",
+    "pinned_reserve_segment_size_mb",
     "graph_capture_record_stream_reuse",
+    "per_process_memory_fraction",
+    "release_lock_on_hipmalloc",
+    "pinned_use_hip_host_register",
     "backend",
 ];
+
+/// `CUDAAllocatorConfig::pinned_max_register_threads()`.
+pub const PINNED_MAX_REGISTER_THREADS: u64 = 128;
 
 fn spec_err(msg: String) -> Error {
     Error::PolicySpec(msg)
@@ -141,15 +152,43 @@ impl PytorchConfig {
                     }
                     _ => return Err(spec_err(format!("backend must be native or cudaMallocAsync, got '{value}'"))),
                 },
-                // Accepted, no effect on device memory decisions.
+                // CUDAAllocatorConfig::parsePerProcessMemoryFraction: in [0.0, 1.0].
+                "per_process_memory_fraction" => {
+                    let f: f64 =
+                        value.parse().map_err(|_| spec_err(format!("per_process_memory_fraction expects a number, got '{value}'")))?;
+                    if !(0.0..=1.0).contains(&f) {
+                        return Err(spec_err(format!("per_process_memory_fraction is invalid, set it in [0.0, 1.0]; got {value}")));
+                    }
+                    c.per_process_memory_fraction = f;
+                }
+                // Host-side options (pinned memory, locking, graph capture): no effect on device
+                // memory decisions, validated as upstream does.
                 "release_lock_on_cudamalloc"
+                | "release_lock_on_hipmalloc"
                 | "pinned_use_cuda_host_register"
+                | "pinned_use_hip_host_register"
                 | "pinned_use_background_threads"
                 | "graph_capture_record_stream_reuse" => {
                     parse_bool(key, value)?;
                 }
+                // CUDAAllocatorConfig::parsePinnedNumRegisterThreads: a power of 2, at most
+                // pinned_max_register_threads().
                 "pinned_num_register_threads" => {
-                    parse_u64(key, value)?;
+                    let n = parse_u64(key, value)?;
+                    if !n.is_power_of_two() {
+                        return Err(spec_err(format!("Number of register threads has to be power of 2, got {n}")));
+                    }
+                    if n > PINNED_MAX_REGISTER_THREADS {
+                        return Err(spec_err(format!(
+                            "Number of register threads should be less than or equal to {PINNED_MAX_REGISTER_THREADS}, got {n}"
+                        )));
+                    }
+                }
+                // CUDAAllocatorConfig::parsePinnedReserveSegmentSize: > 0.
+                "pinned_reserve_segment_size_mb" => {
+                    if parse_u64(key, value)? == 0 {
+                        return Err(spec_err("Pinned reserve segment size has to be greater than 0".into()));
+                    }
                 }
                 _ => {
                     return Err(spec_err(format!(
@@ -169,6 +208,13 @@ impl PytorchConfig {
         let Some(obj) = settings.as_object() else {
             return Err(spec_err("pytorch:recorded: the trace recorded no allocator_settings (not a PyTorch snapshot?)".into()));
         };
+        // An older snapshot layout: the importer assumed the defaults plus the capture's
+        // PYTORCH_CUDA_ALLOC_CONF (import::pytorch::assume_allocator_settings).
+        if obj.len() == 1 {
+            if let Some(conf) = obj.get("PYTORCH_CUDA_ALLOC_CONF").and_then(|v| v.as_str()) {
+                return PytorchConfig::parse(conf);
+            }
+        }
         if let Some(m) = obj.get("max_split_size").and_then(|v| v.as_i64()) {
             if m > 0 {
                 c.max_split_size = m as u64;
@@ -184,6 +230,9 @@ impl PytorchConfig {
         }
         if let Some(e) = obj.get("expandable_segments").and_then(|v| v.as_bool()) {
             c.expandable_segments = e;
+        }
+        if let Some(f) = obj.get("per_process_memory_fraction").and_then(|v| v.as_f64()) {
+            c.per_process_memory_fraction = f;
         }
         if let Some(d) = obj.get("roundup_power2_divisions").and_then(|v| v.as_object()) {
             // Keyed by the interval's lower bound in MiB: "1", "2", ..., "32768".
@@ -270,6 +319,29 @@ mod tests {
         let c = PytorchConfig::parse("garbage_collection_threshold:0.6").unwrap();
         assert_eq!(c.garbage_collection_threshold, 0.6);
         assert_eq!(PytorchConfig::parse("").unwrap(), PytorchConfig::default());
+    }
+
+    #[test]
+    fn every_option_of_torch_2_11_is_accepted_and_host_options_are_validated_as_upstream() {
+        let all = "max_split_size_mb:128,max_non_split_rounding_mb:64,roundup_power2_divisions:4,garbage_collection_threshold:0.5,\
+                   expandable_segments:False,large_segment_size_mb:32,release_lock_on_cudamalloc:True,pinned_use_cuda_host_register:True,\
+                   pinned_num_register_threads:8,pinned_use_background_threads:True,pinned_reserve_segment_size_mb:16,\
+                   graph_capture_record_stream_reuse:True,per_process_memory_fraction:0.5,backend:native";
+        let c = PytorchConfig::parse(all).unwrap();
+        assert_eq!(c.per_process_memory_fraction, 0.5);
+        // Every option listed as valid parses.
+        for key in VALID_OPTIONS {
+            assert!(all.contains(key) || key.contains("hip"), "{key} missing from the test");
+        }
+        // pinned_num_register_threads: a power of 2, at most 128.
+        for bad in ["0", "3", "256"] {
+            assert!(PytorchConfig::parse(&format!("pinned_num_register_threads:{bad}")).is_err(), "{bad}");
+        }
+        assert!(PytorchConfig::parse("pinned_num_register_threads:128").is_ok());
+        assert!(PytorchConfig::parse("pinned_reserve_segment_size_mb:0").is_err());
+        assert!(PytorchConfig::parse("per_process_memory_fraction:1.5").is_err());
+        assert!(PytorchConfig::parse("per_process_memory_fraction:0.0").is_ok());
+        assert!(PytorchConfig::parse("pinned_use_background_threads:maybe").is_err());
     }
 
     #[test]

@@ -26,11 +26,15 @@ pub enum Action {
     Oom = 7,
     /// A snapshot marker (PyTorch `snapshot`).
     Snapshot = 8,
+    /// The program asked the allocator to release its cache (`torch.cuda.empty_cache()`).
+    /// PyTorch records no entry for it: the importer infers it from segment frees with no
+    /// allocation behind them (traces/README.md). Every policy replays it.
+    EmptyCache = 9,
 }
 
 impl Action {
     /// All actions in code order: the dictionary of the `action` column.
-    pub const ALL: [Action; 9] = [
+    pub const ALL: [Action; 10] = [
         Action::Alloc,
         Action::FreeRequested,
         Action::FreeCompleted,
@@ -40,6 +44,7 @@ impl Action {
         Action::SegmentUnmap,
         Action::Oom,
         Action::Snapshot,
+        Action::EmptyCache,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -53,6 +58,7 @@ impl Action {
             Action::SegmentUnmap => "segment_unmap",
             Action::Oom => "oom",
             Action::Snapshot => "snapshot",
+            Action::EmptyCache => "empty_cache",
         }
     }
 
@@ -67,7 +73,7 @@ impl Action {
     /// True for the events a program issues (what every policy replays); false for the
     /// recorded decisions of the allocator that ran.
     pub fn is_request(self) -> bool {
-        matches!(self, Action::Alloc | Action::FreeRequested | Action::FreeCompleted)
+        matches!(self, Action::Alloc | Action::FreeRequested | Action::FreeCompleted | Action::EmptyCache)
     }
 }
 
@@ -84,6 +90,7 @@ mod tests {
         }
         // The names are those of PyTorch's TraceEntry actions (torch/cuda/_memory_viz.py).
         assert_eq!(Action::FreeCompleted.as_str(), "free_completed");
-        assert_eq!(Action::from_code(9), None);
+        assert_eq!(Action::EmptyCache.as_str(), "empty_cache");
+        assert_eq!(Action::from_code(10), None);
     }
 }

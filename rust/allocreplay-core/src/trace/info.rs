@@ -21,6 +21,8 @@ pub struct TraceInfo {
     pub free_requests: usize,
     pub segment_events: usize,
     pub ooms: usize,
+    /// `empty_cache` events (user cache releases the importer inferred).
+    pub empty_caches: usize,
     pub streams: usize,
     pub pools: usize,
     /// Allocations and segments synthesized from the final state of a truncated history.
@@ -44,6 +46,7 @@ pub fn trace_info(trace: &Trace) -> TraceInfo {
     let mut free_requests = 0;
     let mut segment_events = 0;
     let mut ooms = 0;
+    let mut empty_caches = 0;
     let mut seed_allocs = 0;
     let mut seed_segments = 0;
     let mut streams = BTreeSet::new();
@@ -114,6 +117,7 @@ pub fn trace_info(trace: &Trace) -> TraceInfo {
                 peak_total = Some(peak_total.map_or(t, |p: u64| p.max(t)));
             }
             Action::Oom => ooms += 1,
+            Action::EmptyCache => empty_caches += 1,
             Action::Snapshot => {}
         }
     }
@@ -128,6 +132,7 @@ pub fn trace_info(trace: &Trace) -> TraceInfo {
         free_requests,
         segment_events,
         ooms,
+        empty_caches,
         streams: streams.len(),
         pools: pools.len(),
         seed_allocs,

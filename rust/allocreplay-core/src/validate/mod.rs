@@ -34,10 +34,18 @@ impl DeviceValidation {
 
 /// Validates every device of `trace` (ascending) with the policy of its source.
 pub fn validate_trace(trace: &Trace) -> Result<Vec<DeviceValidation>> {
+    validate_trace_with(trace, false)
+}
+
+/// [`validate_trace`]; `no_addresses`: PyTorch traces replay without their recorded segment
+/// addresses (`validate --no-addresses`), in the modelled driver address space.
+pub fn validate_trace_with(trace: &Trace, no_addresses: bool) -> Result<Vec<DeviceValidation>> {
     let reports: Vec<DeviceValidation> = match trace.metadata.source.as_str() {
-        "pytorch" => {
-            trace.devices().into_iter().map(|d| pytorch::validate_pytorch(trace, d).map(DeviceValidation::Pytorch)).collect::<Result<_>>()?
-        }
+        "pytorch" => trace
+            .devices()
+            .into_iter()
+            .map(|d| pytorch::validate_pytorch_with(trace, d, no_addresses).map(DeviceValidation::Pytorch))
+            .collect::<Result<_>>()?,
         "xplane" => trace.devices().into_iter().map(|d| bfc::validate_bfc(trace, d, None).map(DeviceValidation::Bfc)).collect::<Result<_>>()?,
         other => {
             return Err(Error::InvalidArgument(format!(

@@ -17,6 +17,10 @@ pub struct PytorchValidation {
     pub policy: String,
     /// Memory cap replayed (the run's `set_per_process_memory_fraction`), if any.
     pub capacity: Option<u64>,
+    /// The device limit the replay ran under and where it came from
+    /// (`replay::default_limit`: `recorded_cap`, `device_total_minus_cuda_context`, ...).
+    pub device_limit: Option<u64>,
+    pub capacity_source: String,
     /// Recorded (non-seed) allocations compared.
     pub allocs: usize,
     /// Share of allocations placed at the recorded address.
@@ -37,6 +41,14 @@ pub struct PytorchValidation {
     pub num_alloc_retries_replayed: u64,
     pub num_ooms_recorded: Option<u64>,
     pub num_ooms_replayed: u64,
+    /// `validate --no-addresses`: the replay placed new segments in the modelled driver
+    /// address space (engine::device::AddressSpace) instead of at the recorded addresses, as
+    /// any what-if prediction does; `ok` then asks for the recorded peaks, retries, OOMs and
+    /// segment event sizes, not for equal addresses.
+    pub no_addresses: bool,
+    /// Set when the snapshot recorded no `allocator_settings` (older layouts) and the
+    /// importer assumed them: what it assumed.
+    pub settings_assumed: Option<String>,
     /// The history was truncated: peaks of allocated memory and counters from the run's
     /// metadata cover the whole run, not the tail, and are not compared.
     pub seeded: bool,
@@ -48,6 +60,12 @@ fn stat(trace: &Trace, device: i32, key: &str) -> Option<u64> {
 }
 
 pub fn validate_pytorch(trace: &Trace, device: i32) -> Result<PytorchValidation> {
+    validate_pytorch_with(trace, device, false)
+}
+
+/// [`validate_pytorch`], with `no_addresses`: the replay does not borrow the recorded segment
+/// addresses (what-if mode), so the comparison shows what the driver address model decides.
+pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> Result<PytorchValidation> {
     if trace.metadata.source != "pytorch" {
         return Err(Error::InvalidArgument(format!(
             "validate with the pytorch policy needs a PyTorch snapshot; this trace comes from '{}'",
@@ -55,10 +73,11 @@ pub fn validate_pytorch(trace: &Trace, device: i32) -> Result<PytorchValidation>
         )));
     }
     let dev_info = trace.metadata.device(device);
-    let capacity = dev_info.and_then(|d| d.memory_cap);
+    let (capacity, device_limit, source) = crate::replay::default_limit(trace, device, None)?;
     let ctx = PolicyContext { metadata: &trace.metadata, device: dev_info, capacity };
     let mut policy = policy::build("pytorch:recorded", &ctx)?;
-    let opts = ReplayOptions { capacity, recorded_addresses: true, timeline: None, placements: true, device_events: true };
+    let opts =
+        ReplayOptions { capacity: device_limit, recorded_addresses: !no_addresses, timeline: None, placements: true, device_events: true };
     let r = replay_device(trace, device, policy.as_mut(), &opts);
 
     let c = trace.columns();
@@ -119,7 +138,7 @@ pub fn validate_pytorch(trace: &Trace, device: i32) -> Result<PytorchValidation>
     };
     let address_match = if allocs == 0 { 1.0 } else { matched as f64 / allocs as f64 };
     let s = &r.stats;
-    let ok = matched == allocs
+    let ok = (no_addresses || matched == allocs)
         && segment_events_match
         && peak_reserved_recorded.is_none_or(|p| p == s.peak_reserved)
         && peak_allocated_recorded.is_none_or(|p| p == s.peak_allocated)
@@ -129,6 +148,8 @@ pub fn validate_pytorch(trace: &Trace, device: i32) -> Result<PytorchValidation>
         device,
         policy: r.policy,
         capacity,
+        device_limit,
+        capacity_source: source.name().to_string(),
         allocs,
         address_match,
         first_address_mismatch_event,
@@ -145,6 +166,8 @@ pub fn validate_pytorch(trace: &Trace, device: i32) -> Result<PytorchValidation>
         num_alloc_retries_replayed: s.num_alloc_retries,
         num_ooms_recorded: ooms_recorded,
         num_ooms_replayed: s.num_ooms,
+        no_addresses,
+        settings_assumed: trace.metadata.extra.get("allocator_settings_assumed").and_then(|v| v.as_str()).map(str::to_string),
         seeded,
         ok,
     })
