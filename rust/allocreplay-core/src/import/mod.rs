@@ -22,6 +22,10 @@ pub struct ImportOptions {
     /// xplane: which allocator's events to import (default: the device allocator with most
     /// events).
     pub allocator: Option<String>,
+    /// Skip the events that break the trace's semantics (double free, free of an unknown id,
+    /// backwards time, undeclared device or pool: `trace::check`) instead of refusing the
+    /// trace; their number goes to `metadata.extra["lenient_skipped"]`.
+    pub lenient: bool,
 }
 
 /// What kind of source a path holds.
@@ -33,8 +37,14 @@ pub enum SourceKind {
     Xplane,
 }
 
-/// Loads a trace from an `.arrow` file or any supported raw source.
+/// Loads a trace from an `.arrow` file or any supported raw source, and checks its events
+/// (`trace::check`: strict unless `opts.lenient`).
 pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
+    let trace = load_unchecked(path, opts)?;
+    crate::trace::check::check_trace(trace, path, opts.lenient)
+}
+
+fn load_unchecked(path: &Path, opts: &ImportOptions) -> Result<Trace> {
     if path.is_dir() {
         // An XLA dump directory (--xla_dump_to: the temps of every compiled program), or a
         // profiler log / run directory (plugins/profile/<run>/*.xplane.pb).
@@ -47,7 +57,7 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
             return xla::trace::programs_trace(&programs, path);
         }
         return match xplane::find_in_profile_dir(path) {
-            Ok(file) => load(&file, opts),
+            Ok(file) => load_unchecked(&file, opts),
             Err(Error::UnknownFormat { message, .. }) => Err(Error::UnknownFormat {
                 path: path.to_path_buf(),
                 message: format!("no XLA dump (module_*_after_optimizations* files) and {message}"),

@@ -133,10 +133,7 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
                 if !lenient {
                     return Err(Error::format(
                         path,
-                        format!(
-                            "event {i} ({}): {why}; pass --lenient (Python: lenient=True) to skip such events",
-                            action.as_str()
-                        ),
+                        format!("event {i} ({}): {why}; pass --lenient (Python: lenient=True) to skip such events", action.as_str()),
                     ));
                 }
                 keep.get_or_insert_with(|| vec![true; n])[i] = false;
@@ -157,4 +154,103 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
     let extra: Vec<arrow_schema::Field> = batch.schema().fields().iter().skip(10).map(|f| f.as_ref().clone()).collect();
     let columns: Vec<Arc<dyn Array>> = batch.columns().to_vec();
     Trace::from_parts(metadata, trace.frames.clone(), &extra, columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
+
+    /// (action, alloc_id, size, time_ns, device) rows on device 0 / pool 0.
+    fn trace(rows: &[(Action, Option<u64>, u64, Option<i64>, i32)]) -> Trace {
+        let mut b = TraceBuilder::with_capacity(rows.len());
+        for &(a, id, size, t, dev) in rows {
+            let mut r = EventRow::new(a, size);
+            r.alloc_id = id;
+            r.time_ns = t;
+            r.device = dev;
+            b.push(&r);
+        }
+        let mut md = TraceMetadata::new("test");
+        md.devices = vec![DeviceInfo { index: 0, ..Default::default() }];
+        b.finish(md, FrameTable::default()).unwrap()
+    }
+
+    fn strict_error(rows: &[(Action, Option<u64>, u64, Option<i64>, i32)]) -> String {
+        match check_trace(trace(rows), Path::new("t.arrow"), false) {
+            Err(e @ Error::Format { .. }) => e.to_string(),
+            other => panic!("{:?}", other.map(|t| t.num_events())),
+        }
+    }
+
+    fn lenient_skipped(rows: &[(Action, Option<u64>, u64, Option<i64>, i32)]) -> (usize, u64) {
+        let t = check_trace(trace(rows), Path::new("t.arrow"), true).unwrap();
+        (t.num_events(), t.metadata.extra[LENIENT_SKIPPED].as_u64().unwrap())
+    }
+
+    use Action::{Alloc, FreeCompleted as Done, FreeRequested as Req};
+    const TAIL: &str = "; pass --lenient (Python: lenient=True) to skip such events";
+
+    #[test]
+    fn a_consistent_trace_passes_and_lenient_reports_zero() {
+        let rows = [(Alloc, Some(0), 8, Some(1), 0), (Req, Some(0), 8, Some(2), 0), (Done, Some(0), 8, Some(3), 0)];
+        assert_eq!(check_trace(trace(&rows), Path::new("t.arrow"), false).unwrap().num_events(), 3);
+        assert_eq!(lenient_skipped(&rows), (3, 0));
+    }
+
+    #[test]
+    fn double_free() {
+        let rows = [(Alloc, Some(0), 8, None, 0), (Done, Some(0), 8, None, 0), (Done, Some(0), 8, None, 0)];
+        assert_eq!(strict_error(&rows), format!("t.arrow: event 2 (free_completed): a double free: alloc_id 0 was freed at event 1{TAIL}"));
+        assert_eq!(lenient_skipped(&rows), (2, 1));
+        let rows = [(Alloc, Some(0), 8, None, 0), (Req, Some(0), 8, None, 0), (Req, Some(0), 8, None, 0)];
+        assert!(strict_error(&rows).contains("event 2 (free_requested): a double free: alloc_id 0's free was requested at event 1"));
+    }
+
+    #[test]
+    fn free_of_a_null_or_unknown_id_and_free_before_alloc() {
+        let m = strict_error(&[(Alloc, Some(0), 8, None, 0), (Done, None, 8, None, 0)]);
+        assert_eq!(m, format!("t.arrow: event 1 (free_completed): a free of a null alloc_id (an allocation the trace never made){TAIL}"));
+        let m = strict_error(&[(Alloc, Some(0), 8, None, 0), (Done, Some(1), 8, None, 0), (Alloc, Some(1), 8, None, 0)]);
+        assert_eq!(m, format!("t.arrow: event 1 (free_completed): a free of alloc_id 1 before its alloc{TAIL}"));
+        assert_eq!(lenient_skipped(&[(Done, Some(1), 8, None, 0), (Alloc, Some(1), 8, None, 0), (Done, Some(1), 8, None, 0)]), (2, 1));
+    }
+
+    #[test]
+    fn alloc_twice_and_alloc_without_id() {
+        let m = strict_error(&[(Alloc, Some(0), 8, None, 0), (Alloc, Some(0), 8, None, 0)]);
+        assert_eq!(m, format!("t.arrow: event 1 (alloc): alloc_id 0 is allocated again (first at event 0){TAIL}"));
+        let m = strict_error(&[(Alloc, None, 8, None, 0)]);
+        assert_eq!(m, format!("t.arrow: event 0 (alloc): an alloc without an alloc_id{TAIL}"));
+    }
+
+    #[test]
+    fn free_size_mismatch() {
+        let m = strict_error(&[(Alloc, Some(0), 8, None, 0), (Done, Some(0), 16, None, 0)]);
+        assert_eq!(m, format!("t.arrow: event 1 (free_completed): frees 16 bytes of alloc_id 0, allocated with 8 bytes{TAIL}"));
+    }
+
+    #[test]
+    fn time_going_backwards_on_a_device() {
+        let m = strict_error(&[(Alloc, Some(0), 8, Some(100), 0), (Done, Some(0), 8, Some(99), 0)]);
+        assert_eq!(m, format!("t.arrow: event 1 (free_completed): time goes backwards: 99 ns is before 100 ns at event 0{TAIL}"));
+        // Equal times are fine.
+        assert_eq!(lenient_skipped(&[(Alloc, Some(0), 8, Some(100), 0), (Done, Some(0), 8, Some(100), 0)]), (2, 0));
+    }
+
+    #[test]
+    fn undeclared_device() {
+        let m = strict_error(&[(Alloc, Some(0), 8, None, 3)]);
+        assert_eq!(m, format!("t.arrow: event 0 (alloc): device 3 is not declared in the trace metadata's devices{TAIL}"));
+    }
+
+    #[test]
+    fn huge_sizes_and_sparse_ids_are_errors_even_lenient() {
+        for lenient in [false, true] {
+            let e = check_trace(trace(&[(Alloc, Some(0), MAX_SIZE, None, 0)]), Path::new("t.arrow"), lenient).unwrap_err();
+            assert_eq!(e.to_string(), "t.arrow: event 0 (alloc): size 72057594037927936 is not below 2^56 bytes: the trace is corrupt");
+            let e = check_trace(trace(&[(Alloc, Some(7), 8, None, 0)]), Path::new("t.arrow"), lenient).unwrap_err();
+            assert!(e.to_string().contains("alloc_id 7 is not dense"), "{e}");
+        }
+    }
 }

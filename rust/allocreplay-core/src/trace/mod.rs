@@ -3,6 +3,7 @@
 
 mod action;
 mod builder;
+pub mod check;
 mod frames;
 pub mod info;
 mod ipc;
