@@ -8,7 +8,7 @@ use arrow_array::builder::{Float64Builder, Int32Builder, Int64Builder, StringBui
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 
-use crate::engine::{replay_device, DeviceReplay, ReplayOptions};
+use crate::engine::{replay_device, DeviceReplay, FirstOom, ReplayOptions};
 use crate::error::{Error, Result};
 use crate::policy::{self, Policy, PolicyContext};
 use crate::trace::Trace;
@@ -137,10 +137,29 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
     let peak = if name == "ideal" { r.ideal_peak_bytes } else { r.offline_peak_bytes };
     let c = trace.columns();
     let events = (0..trace.num_events()).filter(|&i| c.device[i] == device && c.action[i] <= 2).count();
+    // Over a capacity: the first OOM is the event where the live bytes first exceed it (for
+    // `offline`, when only the plan's fragmentation does, the first allocation whose chunk
+    // the plan puts beyond it).
+    let over = |planned| crate::offline::first_over_capacity(trace, device, r.alignment, capacity.unwrap_or(u64::MAX), planned);
+    let first = match capacity.filter(|&cap| peak > cap) {
+        Some(_) => match over(false)? {
+            Some(o) => Some(o),
+            None if name != "ideal" => over(true)?,
+            None => None,
+        },
+        None => None,
+    };
+    let first_oom = first.map(|o| FirstOom {
+        event: o.event,
+        requested: o.requested,
+        alloc_size: o.rounded,
+        allocated: o.live_before,
+        reserved: o.live_before,
+    });
     let stats = crate::engine::stats::Stats {
         peak_allocated: r.ideal_peak_bytes,
         peak_reserved: peak,
-        num_ooms: u64::from(capacity.is_some_and(|cap| peak > cap)),
+        num_ooms: u64::from(first_oom.is_some()),
         ..Default::default()
     };
     Ok(Run {
@@ -151,7 +170,7 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
             device,
             stats,
             events,
-            first_oom: None,
+            first_oom,
             replay_seconds: r.plan_seconds,
             timeline: Vec::new(),
             segments: Vec::new(),

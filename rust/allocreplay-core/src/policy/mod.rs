@@ -14,6 +14,22 @@ pub mod spec;
 
 pub use spec::{build, PolicyContext};
 
+/// Requests of 2^56 bytes (64 PiB) or more fail in every policy, as the real allocators fail
+/// them: no device has that much, and below it the policies' rounding arithmetic cannot
+/// overflow (a request near 2^64 used to wrap to a 0-byte block).
+pub const MAX_REQUEST: u64 = 1 << 56;
+
+/// The OOM of a request of `size` bytes that no allocator can serve (counted in `stats`);
+/// `None` for any other size.
+#[inline]
+pub(crate) fn unservable(size: u64, stats: &mut Stats) -> Option<OutOfMemory> {
+    if size < MAX_REQUEST {
+        return None;
+    }
+    stats.num_ooms += 1;
+    Some(OutOfMemory { alloc_size: size })
+}
+
 use crate::engine::device::DeviceMemory;
 use crate::engine::stats::Stats;
 

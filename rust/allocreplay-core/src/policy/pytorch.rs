@@ -319,7 +319,7 @@ impl CachingAllocator {
         if divisions > 1 && size > K_MIN_BLOCK_SIZE * divisions {
             roundup_power2_next_division(size, divisions)
         } else {
-            K_MIN_BLOCK_SIZE * size.div_ceil(K_MIN_BLOCK_SIZE)
+            K_MIN_BLOCK_SIZE.saturating_mul(size.div_ceil(K_MIN_BLOCK_SIZE))
         }
     }
 
@@ -847,6 +847,9 @@ impl Policy for CachingAllocator {
 
     /// `DeviceCachingAllocator::malloc`.
     fn malloc(&mut self, req: &Request, dev: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        if let Some(oom) = super::unservable(req.size, &mut self.stats) {
+            return Err(oom);
+        }
         let stream = req.stream as u64;
         let size = self.round_size(req.size);
         let pool = self.pool_index(req.pool, size <= K_SMALL_SIZE);
@@ -933,6 +936,9 @@ impl Policy for CachingAllocator {
     /// a seeded segment containing its address is split around it (the tail stays with the
     /// allocation when `should_split` says the real allocator would not have split it off).
     fn seed_alloc(&mut self, req: &Request, dev: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        if let Some(oom) = super::unservable(req.size.max(req.recorded_chunk.unwrap_or(0)), &mut self.stats) {
+            return Err(oom);
+        }
         let Some(addr) = req.recorded_addr else { return self.malloc(req, dev) };
         let rounded = self.round_size(req.size);
         let pool = self.pool_index(req.pool, rounded <= K_SMALL_SIZE);

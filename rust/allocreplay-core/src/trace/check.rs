@@ -161,8 +161,10 @@ mod tests {
     use super::*;
     use crate::trace::{DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
 
-    /// (action, alloc_id, size, time_ns, device) rows on device 0 / pool 0.
-    fn trace(rows: &[(Action, Option<u64>, u64, Option<i64>, i32)]) -> Trace {
+    /// (action, alloc_id, size, time_ns, device) rows, pool 0.
+    type Row = (Action, Option<u64>, u64, Option<i64>, i32);
+
+    fn trace(rows: &[Row]) -> Trace {
         let mut b = TraceBuilder::with_capacity(rows.len());
         for &(a, id, size, t, dev) in rows {
             let mut r = EventRow::new(a, size);
@@ -176,14 +178,14 @@ mod tests {
         b.finish(md, FrameTable::default()).unwrap()
     }
 
-    fn strict_error(rows: &[(Action, Option<u64>, u64, Option<i64>, i32)]) -> String {
+    fn strict_error(rows: &[Row]) -> String {
         match check_trace(trace(rows), Path::new("t.arrow"), false) {
             Err(e @ Error::Format { .. }) => e.to_string(),
             other => panic!("{:?}", other.map(|t| t.num_events())),
         }
     }
 
-    fn lenient_skipped(rows: &[(Action, Option<u64>, u64, Option<i64>, i32)]) -> (usize, u64) {
+    fn lenient_skipped(rows: &[Row]) -> (usize, u64) {
         let t = check_trace(trace(rows), Path::new("t.arrow"), true).unwrap();
         (t.num_events(), t.metadata.extra[LENIENT_SKIPPED].as_u64().unwrap())
     }
