@@ -7,8 +7,8 @@
 //! (the count goes to `metadata.extra["lenient_skipped"]`): an `alloc` without an id or with an
 //! id already allocated; a free of a null id, of an id never allocated (free before alloc) or
 //! already freed (double free); a free whose size differs from the allocation's; a recorded
-//! time earlier than the previous one on the same device; a device or pool the metadata does
-//! not declare.
+//! time earlier than the previous one on the same device (except in `xla` traces, whose times
+//! are each program's schedule steps); a device or pool the metadata does not declare.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -46,6 +46,9 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
         let mut at = vec![0u32; n];
         // Last recorded time per device (devices are few: a short list).
         let mut last_time: Vec<(i32, i64, usize)> = Vec::new();
+        // XLA dumps' times are schedule steps, restarting with each program (import::xla::trace):
+        // not a clock.
+        let clocked = md.source != "xla";
         // Cache of the last device / pool found declared.
         let (mut ok_device, mut ok_pool) = (None, None);
         for i in 0..n {
@@ -81,7 +84,7 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
                     }
                     ok_pool = Some(pool);
                 }
-                if !c.seed.value(i) && c.time_ns.is_valid(i) {
+                if clocked && !c.seed.value(i) && c.time_ns.is_valid(i) {
                     let t = c.time_ns.value(i);
                     match last_time.iter_mut().find(|x| x.0 == dev) {
                         Some(last) if t < last.1 => {
