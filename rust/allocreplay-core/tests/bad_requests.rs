@@ -1,4 +1,4 @@
-//! docs/bad-inputs.md, requests no allocator can serve: a request near 2^64 (or of 2^56 bytes
+//! docs/bad-inputs.md, requests no allocator can serve: a request near 2^64 (or of 2^55 bytes
 //! or more) is an OOM in every policy, never a wrapped size or a spin; `ideal` / `offline` over
 //! a capacity name the event where they first exceed it.
 
@@ -12,6 +12,7 @@ use allocreplay_core::{Action, TraceMetadata};
 pub const POLICIES: &[&str] = &[
     "pytorch",
     "pytorch:expandable_segments:True",
+    "pytorch:roundup_power2_divisions:4",
     "bfc",
     "bfc:allow_growth=true",
     "jax",
@@ -31,7 +32,7 @@ fn a_request_near_2_pow_64_is_an_oom_in_every_policy() {
     let mut md = TraceMetadata::new("test");
     md.devices = vec![DeviceInfo { index: 0, total_memory: Some(80 << 30), ..Default::default() }];
     for spec in POLICIES {
-        for huge in [u64::MAX, u64::MAX - 511, 1 << 63, MAX_REQUEST] {
+        for huge in [u64::MAX, u64::MAX - 511, 1 << 63, (1 << 56) - 1, MAX_REQUEST] {
             let ctx = PolicyContext { metadata: &md, device: md.devices.first(), capacity: None };
             let mut p = build(spec, &ctx).unwrap();
             let mut dev = DeviceMemory::new(None);

@@ -106,6 +106,11 @@ const MIN_ROW_BYTES: u64 = 25;
 /// (`trace::check`).
 pub fn read_arrow(path: &Path) -> Result<Trace> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    read_arrow_bytes(path, bytes)
+}
+
+/// `read_arrow` of a file's bytes (`path` names it in errors).
+pub fn read_arrow_bytes(path: &Path, bytes: Vec<u8>) -> Result<Trace> {
     if !bytes.starts_with(b"ARROW1") {
         return Err(Error::format(path, "not a readable Arrow IPC file (no ARROW1 magic)"));
     }

@@ -13,7 +13,7 @@ pub mod schema;
 pub use action::Action;
 pub use builder::{EventRow, TraceBuilder};
 pub use frames::{FrameInterner, FrameTable};
-pub use ipc::{read_arrow, write_arrow};
+pub use ipc::{read_arrow, read_arrow_bytes, write_arrow};
 pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION};
 
 use arrow_array::cast::AsArray;
