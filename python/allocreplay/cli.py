@@ -112,9 +112,20 @@ class _Progress:
             self.thread.join()
 
 
-def _load(path: str, meta: str | None, allocator: str | None = None) -> Trace:
+def _load(path: str, meta: str | None, allocator: str | None = None, lenient: bool = False) -> Trace:
     with _Progress(f"loading {os.path.basename(path)}"):
-        return load(path, meta=meta, allocator=allocator)
+        trace = load(path, meta=meta, allocator=allocator, lenient=lenient)
+    skipped = trace.info().get("lenient_skipped")
+    if skipped:
+        click.echo(f"{path}: {skipped:,} events skipped (--lenient)", err=True)
+    return trace
+
+
+_lenient_option = click.option(
+    "--lenient",
+    is_flag=True,
+    help="Skip events that break the trace's semantics (double free, free of an unknown id, backwards time, undeclared device or pool) instead of refusing the trace; the count is reported.",
+)
 
 
 _allocator_option = click.option(
@@ -129,9 +140,10 @@ _allocator_option = click.option(
 @click.option("-o", "--output", "out", required=True, metavar="OUT.arrow", help="Where to write the trace (Arrow IPC).")
 @click.option("--meta", metavar="JSON", help="Capture metadata (total memory, memory cap); default: NAME.json beside NAME.pickle.xz.")
 @_allocator_option
-def import_cmd(src: str, out: str, meta: str | None, allocator: str | None) -> None:
+@_lenient_option
+def import_cmd(src: str, out: str, meta: str | None, allocator: str | None, lenient: bool) -> None:
     """Import a raw capture SRC into the canonical .arrow trace format."""
-    trace = _load(src, meta, allocator)
+    trace = _load(src, meta, allocator, lenient)
     trace.save(out)
     info = trace.info()
     click.echo(f"{out}: {info['events']:,} events ({info['allocs']:,} allocs, {info['frees']:,} frees) from {src}", err=True)
@@ -152,9 +164,10 @@ def _device_line(md: dict[str, Any], index: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
 @_allocator_option
-def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None) -> None:
+@_lenient_option
+def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, lenient: bool) -> None:
     """Counts and recorded peaks of a TRACE."""
-    t = _load(trace, meta, allocator)
+    t = _load(trace, meta, allocator, lenient)
     info = t.info()
     if as_json:
         click.echo(json.dumps(info))
@@ -189,6 +202,8 @@ def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None)
         ),
         ("duration", "-" if info["duration_s"] is None else f"{info['duration_s']:.3f} s"),
     ]
+    if info.get("lenient_skipped") is not None:
+        rows.append(("skipped (--lenient)", f"{info['lenient_skipped']:,} events"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
@@ -221,8 +236,17 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
 @click.option("--plot", "plot_path", metavar="FILE.png", help="Also draw the memory timeline of every policy (needs matplotlib).")
 @_allocator_option
+@_lenient_option
 def replay_cmd(
-    trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, out: str | None, meta: str | None, plot_path: str | None, allocator: str | None
+    trace: str,
+    policies: tuple[str, ...],
+    capacity: str | None,
+    as_json: bool,
+    out: str | None,
+    meta: str | None,
+    plot_path: str | None,
+    allocator: str | None,
+    lenient: bool,
 ) -> None:
     """Replay TRACE under allocator policies and report peak memory and OOMs."""
     specs = list(policies) or ["pytorch"]
@@ -232,7 +256,7 @@ def replay_cmd(
         from allocreplay.plot import _pyplot
 
         _pyplot()  # say now, not after the replay, that matplotlib is missing
-    t = _load(trace, meta, allocator)
+    t = _load(trace, meta, allocator, lenient)
     with _Progress(f"replaying under {len(specs)} polic{'y' if len(specs) == 1 else 'ies'}"):
         result = _replay(t, specs, capacity, placements=False)
     summary = result.summary
@@ -279,10 +303,11 @@ def replay_cmd(
 @click.argument("trace")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
-def validate_cmd(trace: str, as_json: bool, meta: str | None) -> None:
+@_lenient_option
+def validate_cmd(trace: str, as_json: bool, meta: str | None, lenient: bool) -> None:
     """Replay TRACE under the settings and memory cap it recorded and compare, decision by
     decision, with what the real allocator did. Exit code 1 when the replay differs."""
-    report = _validate(_load(trace, meta))
+    report = _validate(_load(trace, meta, lenient=lenient))
     if as_json:
         click.echo(json.dumps(report))
     else:

@@ -145,11 +145,12 @@ struct PyReplayResult {
     placements: Py<PyTable>,
 }
 
-/// Loads an `.arrow` trace or imports a raw source (format detected from its bytes).
+/// Loads an `.arrow` trace or imports a raw source (format detected from its bytes); `lenient`
+/// skips the events that break the trace's semantics instead of refusing it.
 #[pyfunction]
-#[pyo3(signature = (path, meta=None, allocator=None))]
-fn load(py: Python<'_>, path: PathBuf, meta: Option<PathBuf>, allocator: Option<String>) -> PyResult<PyTrace> {
-    let opts = ImportOptions { meta, allocator };
+#[pyo3(signature = (path, meta=None, allocator=None, lenient=false))]
+fn load(py: Python<'_>, path: PathBuf, meta: Option<PathBuf>, allocator: Option<String>, lenient: bool) -> PyResult<PyTrace> {
+    let opts = ImportOptions { meta, allocator, lenient };
     let t = py.detach(move || import::load(&path, &opts)).map_err(|e| to_py(py, e))?;
     Ok(PyTrace { inner: Arc::new(t) })
 }
