@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-target_dir=${FUZZ_TARGET_DIR:-fuzz/target}
+target_dir=$(realpath -m "${FUZZ_TARGET_DIR:-fuzz/target}")
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else
@@ -29,7 +29,7 @@ for t in "${targets[@]}"; do
     # No sanitizer (the core is safe Rust; this doubles the speed) but debug assertions, so
     # integer overflows panic. FUZZ_FLAGS overrides (e.g. "-s address").
     # shellcheck disable=SC2086
-    (cd fuzz && cargo +nightly fuzz run ${FUZZ_FLAGS:--s none -a} --target-dir "../$target_dir" "$t" "corpus/$t" "../$seeds" -- \
+    (cd fuzz && cargo +nightly fuzz run ${FUZZ_FLAGS:--s none -a} --target-dir "$target_dir" "$t" "corpus/$t" "../$seeds" -- \
         -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -timeout=10 -print_final_stats=1 \
         -artifact_prefix="artifacts/$t/") 2>&1 | grep -E "^(Done|stat::number_of_executed_units|==[0-9]+==|SUMMARY|thread '|panicked)" || true
     [ -z "$(ls -A "fuzz/artifacts/$t")" ] || { echo "$t: crash inputs in fuzz/artifacts/$t" >&2; exit 1; }
