@@ -77,3 +77,16 @@ fn ideal_and_offline_over_a_capacity_report_the_first_oom_event() {
     assert!(runs.iter().all(|run| run.replay.first_oom.is_none() && run.replay.stats.num_ooms == 0));
     assert_eq!(summary_batch(&runs).num_rows(), 2);
 }
+
+#[test]
+fn more_than_the_simulated_address_space_is_an_oom_not_an_overlap() {
+    // Found by the policy_pytorch fuzz target: with no capacity, requests of terabytes ran the
+    // simulated device address space (15 TiB) out and later segments were placed over earlier
+    // ones. Ten live 4 TiB requests: some fail, none overlap.
+    use allocreplay_core::policy::invariants::{run_checked, Op};
+    let ops: Vec<Op> = (0..10).map(|k| Op::Alloc { size: (4 << 40) + k, stream: k as i64 % 2 }).collect();
+    for spec in ["pytorch", "pytorch:expandable_segments:True", "bfc:allow_growth=true", "cuda-async", "cuda-malloc"] {
+        let s = run_checked(spec, &ops, None).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        assert!(s.num_ooms >= 1, "{spec}: {s:?}");
+    }
+}

@@ -74,25 +74,26 @@ impl DeviceMemory {
         self.request_hint = None;
     }
 
-    /// `cudaMalloc(size)`: an address, or `None` when it would exceed the capacity.
+    /// `cudaMalloc(size)`: an address, or `None` when it would exceed the capacity or when
+    /// the simulated address space (15 TiB, more than any device) has no room for it.
     pub fn malloc(&mut self, size: u64) -> Option<u64> {
         if !self.fits(size) {
             return None;
         }
+        let addr = self.pick_address(size)?;
         self.used += size;
         self.num_malloc += 1;
-        let addr = self.pick_address(size);
         self.record(Action::SegmentAlloc, addr, size);
         Some(addr)
     }
 
-    fn pick_address(&mut self, size: u64) -> u64 {
+    fn pick_address(&mut self, size: u64) -> Option<u64> {
         if let Some(pos) = self.hints.iter().position(|&(_, s)| s == size) {
             let (addr, _) = self.hints.remove(pos);
             self.carve(addr, size);
-            return addr;
+            return Some(addr);
         }
-        self.take_top(size)
+        self.take_top_checked(size)
     }
 
     /// `malloc` at a given address (validate: a region placed where the trace shows it).
@@ -147,21 +148,23 @@ impl DeviceMemory {
     /// Highest free range that fits, 2 MiB aligned, taken from its top (driver-like).
     fn take_top(&mut self, size: u64) -> u64 {
         const ALIGN: u64 = 2 << 20;
-        let need = size.div_ceil(ALIGN) * ALIGN;
-        let found = self.free.iter().rev().find(|(&s, &e)| e - s >= need).map(|(&s, &e)| (s, e));
-        match found {
-            Some((s, e)) => {
-                let addr = e - need;
-                if addr == s {
-                    self.free.remove(&s);
-                } else {
-                    self.free.insert(s, addr);
-                }
-                addr
-            }
-            // Out of simulated VA (never in practice): hand out addresses below.
-            None => VA_BOTTOM - need,
+        // Out of simulated VA (never in practice): hand out addresses below.
+        self.take_top_checked(size).unwrap_or_else(|| VA_BOTTOM.saturating_sub(size.div_ceil(ALIGN).saturating_mul(ALIGN)))
+    }
+
+    /// `take_top`, or `None` when no free range of the simulated address space fits: device
+    /// memory is not handed out twice (a replay asking for more than 15 TiB live is an OOM).
+    fn take_top_checked(&mut self, size: u64) -> Option<u64> {
+        const ALIGN: u64 = 2 << 20;
+        let need = size.div_ceil(ALIGN).saturating_mul(ALIGN);
+        let (s, e) = self.free.iter().rev().find(|(&s, &e)| e - s >= need).map(|(&s, &e)| (s, e))?;
+        let addr = e - need;
+        if addr == s {
+            self.free.remove(&s);
+        } else {
+            self.free.insert(s, addr);
         }
+        Some(addr)
     }
 
     /// Marks [addr, addr+size) used if it lies in a free range (hinted addresses may lie

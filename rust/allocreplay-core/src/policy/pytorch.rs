@@ -519,6 +519,11 @@ impl CachingAllocator {
         while self.blocks[candidate as usize].size < size {
             let remaining = size - self.blocks[candidate as usize].size;
             let new_candidate = self.blocks[candidate as usize].next;
+            if new_candidate == NONE {
+                // The request is larger than the segment's whole address space (1 1/8 of the
+                // device): no mapping can serve it (found by fuzzing with an unlimited cap).
+                return None;
+            }
             let s = remaining.min(self.blocks[new_candidate as usize].size);
             if !self.map_block(new_candidate, s, dev) {
                 return None;

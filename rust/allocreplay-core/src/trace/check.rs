@@ -2,7 +2,7 @@
 //! the columns, O(events), with one state array indexed by the dense allocation ids and no
 //! allocation per event.
 //!
-//! Always errors (a corrupt file, whatever the options): sizes of 2^56 bytes or more, and
+//! Always errors (a corrupt file, whatever the options): sizes and addresses of 2^56 or more, and
 //! allocation ids beyond the number of events. Errors by default and skipped with `lenient`
 //! (the count goes to `metadata.extra["lenient_skipped"]`): an `alloc` without an id or with an
 //! id already allocated; a free of a null id, of an id never allocated (free before alloc) or
@@ -59,6 +59,13 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
                 return Err(Error::format(
                     path,
                     format!("event {i} ({}): size {size} is not below 2^56 bytes: the trace is corrupt", action.as_str()),
+                ));
+            }
+            // Addresses are pointers below 2^56 (an `oom` event's addr is free bytes).
+            if action != Action::Oom && c.addr.is_valid(i) && c.addr.value(i) >= MAX_SIZE {
+                return Err(Error::format(
+                    path,
+                    format!("event {i} ({}): addr {:#x} is not below 2^56: the trace is corrupt", action.as_str(), c.addr.value(i)),
                 ));
             }
             let id_valid = c.alloc_id_valid(i);
@@ -247,6 +254,20 @@ mod tests {
     fn undeclared_device() {
         let m = strict_error(&[(Alloc, Some(0), 8, None, 3)]);
         assert_eq!(m, format!("t.arrow: event 0 (alloc): device 3 is not declared in the trace metadata's devices{TAIL}"));
+    }
+
+    #[test]
+    fn addresses_of_2_pow_56_are_errors() {
+        // Found by the arrow fuzz target: a seed at such an address broke pytorch's block keys.
+        let mut b = TraceBuilder::with_capacity(1);
+        let mut r = EventRow::new(Action::Alloc, 8);
+        r.alloc_id = Some(0);
+        r.addr = Some(MAX_SIZE);
+        b.push(&r);
+        let mut md = TraceMetadata::new("test");
+        md.devices = vec![DeviceInfo { index: 0, ..Default::default() }];
+        let e = check_trace(b.finish(md, FrameTable::default()).unwrap(), Path::new("t.arrow"), true).unwrap_err();
+        assert_eq!(e.to_string(), "t.arrow: event 0 (alloc): addr 0x100000000000000 is not below 2^56: the trace is corrupt");
     }
 
     #[test]
