@@ -90,3 +90,20 @@ fn more_than_the_simulated_address_space_is_an_oom_not_an_overlap() {
         assert!(s.num_ooms >= 1, "{spec}: {s:?}");
     }
 }
+
+#[test]
+fn a_seeded_segment_released_under_a_cap_keeps_the_device_count_balanced() {
+    // Found by the arrow fuzz target: a seeded segment was never counted as used, so freeing
+    // it (the cache emptied before an OOM retry) underflowed the device's used bytes (a panic
+    // with overflow checks, every later request an OOM without).
+    let mut md = TraceMetadata::new("test");
+    md.devices = vec![DeviceInfo { index: 0, total_memory: Some(100 << 20), ..Default::default() }];
+    let ctx = PolicyContext { metadata: &md, device: md.devices.first(), capacity: Some(100 << 20) };
+    let mut p = build("pytorch", &ctx).unwrap();
+    let mut dev = DeviceMemory::new(Some(100 << 20));
+    p.seed_segment(0x7e00_0000_0000, 20 << 20, 0, 0, &mut dev);
+    assert_eq!(dev.used, 20 << 20);
+    let r = p.malloc(&req(0, 90 << 20), &mut dev);
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!((dev.used, p.stats().reserved), (90 << 20, 90 << 20));
+}

@@ -108,6 +108,14 @@ impl DeviceMemory {
         Some(addr)
     }
 
+    /// A segment that existed before the recorded history began (a seed): its bytes count as
+    /// used and its range is taken, so that freeing it later balances (before, `free` of a
+    /// seeded segment underflowed `used`: found by the arrow fuzz target).
+    pub fn adopt(&mut self, addr: u64, size: u64) {
+        self.used = self.used.saturating_add(size);
+        self.carve(addr, size);
+    }
+
     /// Reserves a virtual range (expandable segments: no physical memory, no capacity).
     pub fn reserve_virtual(&mut self, size: u64) -> u64 {
         self.take_top(size)
@@ -125,7 +133,7 @@ impl DeviceMemory {
     }
 
     pub fn unmap(&mut self, addr: u64, size: u64) {
-        self.used -= size;
+        self.used = self.used.saturating_sub(size);
         self.num_free += 1;
         self.record(Action::SegmentUnmap, addr, size);
     }
@@ -139,7 +147,7 @@ impl DeviceMemory {
 
     /// `cudaFree`.
     pub fn free(&mut self, addr: u64, size: u64) {
-        self.used -= size;
+        self.used = self.used.saturating_sub(size);
         self.num_free += 1;
         self.record(Action::SegmentFree, addr, size);
         self.give_back(addr, size);
@@ -171,7 +179,7 @@ impl DeviceMemory {
     /// outside the simulated range: then nothing to do).
     fn carve(&mut self, addr: u64, size: u64) {
         let Some((&s, &e)) = self.free.range(..=addr).next_back() else { return };
-        if addr >= e || addr + size > e {
+        if addr >= e || addr.saturating_add(size) > e {
             return;
         }
         self.free.remove(&s);

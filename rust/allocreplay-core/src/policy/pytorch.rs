@@ -925,10 +925,11 @@ impl Policy for CachingAllocator {
         self.free_block(b);
     }
 
-    fn seed_segment(&mut self, addr: u64, size: u64, stream: i64, pool: u32, _dev: &mut DeviceMemory) {
+    fn seed_segment(&mut self, addr: u64, size: u64, stream: i64, pool: u32, dev: &mut DeviceMemory) {
         if self.config.expandable_segments {
             return; // expandable seeds are served as ordinary requests
         }
+        dev.adopt(addr, size);
         let small = size == K_SMALL_BUFFER;
         let pool = self.pool_index(pool, small);
         let b = self.new_block(Block::new(addr, size, stream as u64, pool, NONE, addr));
