@@ -160,3 +160,15 @@ fn mutated_and_truncated_arrow_files_are_errors_or_load() {
     }
     assert!(caught.is_empty(), "panics inside the Arrow reader at bytes {caught:?}");
 }
+
+#[test]
+fn a_dictionary_buffer_that_panics_arrow_is_a_format_error() {
+    // Found by the arrow fuzz target: arrow's own validation panics (typed_data's alignment
+    // assert: an offsets buffer whose length is not a multiple of 4) reading the action
+    // dictionary. Not foreseen by the bounds check: read_arrow's catch_unwind turns it into a
+    // format error (the panic message still reaches stderr through the panic hook).
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/fuzz_unaligned_dictionary.arrow"));
+    let e = load(&p, &ImportOptions::default()).unwrap_err();
+    assert!(matches!(e, Error::Format { .. }), "{e:?}");
+    assert_eq!(e.to_string(), format!("{}: corrupt Arrow IPC file: the Arrow reader failed on it", p.display()));
+}

@@ -82,6 +82,11 @@ fn check_ipc_bounds(bytes: &[u8]) -> std::result::Result<(), String> {
                 if !fits {
                     return Err(format!("block {k}: buffer {j} lies beyond its message body"));
                 }
+                // The IPC format pads buffers to 8 bytes; arrow's validation panics on an
+                // unaligned offsets buffer in a dictionary batch (found by the arrow fuzz target).
+                if buf.offset() % 8 != 0 || (off + meta) % 8 != 0 {
+                    return Err(format!("block {k}: buffer {j} is not 8-byte aligned, as the IPC format requires"));
+                }
             }
             for node in b.nodes().into_iter().flatten() {
                 if node.length() < 0 || node.null_count() < 0 || node.null_count() > node.length() {
