@@ -6,7 +6,7 @@ VENV ?= .venv
 VENV_ABS := $(abspath $(VENV))
 PY := $(VENV_ABS)/bin/python
 
-.PHONY: test test-rust test-python venv develop wheel bench lint format
+.PHONY: test test-rust test-python venv develop wheel bench lint format fuzz
 
 test: test-rust test-python
 
@@ -58,3 +58,9 @@ format: venv
 # Import speed (see benches/RESULTS.md).
 bench:
 	cargo bench -p allocreplay-core --bench import
+
+# Fuzz every importer and policy for FUZZ_SECONDS each (needs nightly and cargo-fuzz; see
+# docs/bad-inputs.md).
+FUZZ_SECONDS ?= 60
+fuzz:
+	scripts/fuzz.sh $(FUZZ_SECONDS)

@@ -35,6 +35,7 @@ INFO_KEYS = {
     "segment_events",
     "ooms",
     "empty_caches",
+    "lenient_skipped",
     "streams",
     "pools",
     "seed_allocs",

@@ -125,7 +125,7 @@ class Trace:
         return self._inner.ipc_bytes()
 
 
-def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = None, allocator: str | None = None) -> Trace:
+def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = None, allocator: str | None = None, lenient: bool = False) -> Trace:
     """Loads a trace: an ``.arrow`` file, or a raw capture whose format is detected from its
     bytes (a PyTorch memory snapshot pickle or a TensorFlow / JAX profiler capture
     ``*.xplane.pb``, optionally gzip/xz/zstd compressed, or a profile directory).
@@ -134,8 +134,12 @@ def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = 
     ``NAME.json`` beside ``NAME.pickle.xz`` is used when present.
     ``allocator``: for profiler captures, which BFC allocator's events to import
     (``GPU_0_bfc``, ``xla_gpu_host_bfc``...); default: the device allocator with most events.
+    ``lenient``: events that break the trace's semantics (a double free, a free of an unknown
+    id, time going backwards, a device or pool the metadata does not declare) are skipped
+    instead of raising :class:`~allocreplay.errors.TraceFormatError`; ``info()["lenient_skipped"]``
+    says how many (docs/bad-inputs.md).
     """
-    return Trace(_core.load(os.fspath(path), None if meta is None else os.fspath(meta), allocator))
+    return Trace(_core.load(os.fspath(path), None if meta is None else os.fspath(meta), allocator, lenient))
 
 
 class ReplayResult:

@@ -113,8 +113,19 @@ def _Progress(label: str, quiet: bool = False) -> Bar:
     return Bar(label, enabled=False if quiet else None)
 
 
-def _load(path: str, meta: str | None, allocator: str | None = None, quiet: bool = False) -> Trace:
-    return _load_progress(path, meta, allocator, quiet=quiet)
+def _load(path: str, meta: str | None, allocator: str | None = None, quiet: bool = False, lenient: bool = False) -> Trace:
+    trace = _load_progress(path, meta, allocator, quiet=quiet, lenient=lenient)
+    skipped = trace.info().lenient_skipped
+    if skipped:
+        click.echo(f"{path}: {skipped:,} events skipped (--lenient)", err=True)
+    return trace
+
+
+_lenient_option = click.option(
+    "--lenient",
+    is_flag=True,
+    help="Skip events that break the trace's semantics (double free, free of an unknown id, backwards time, undeclared device or pool) instead of refusing the trace; the count is reported.",
+)
 
 
 # A trace to read: a file, or a profiler's directory; missing files are the core's to report
@@ -194,10 +205,11 @@ _meta_option = click.option("--meta", type=click.Path(dir_okay=False, path_type=
     help="Capture metadata (total memory, memory cap); default: NAME.json beside NAME.pickle.xz.",
 )
 @_allocator_option
-def import_cmd(src: str, out: str, meta: str | None, allocator: str | None) -> None:
+@_lenient_option
+def import_cmd(src: str, out: str, meta: str | None, allocator: str | None, lenient: bool) -> None:
     """Import a raw capture SRC into the canonical .arrow trace format."""
     _check_output(out)
-    trace = _load(src, meta, allocator)
+    trace = _load(src, meta, allocator, lenient=lenient)
     _save_trace(trace, out)
     info = trace.info()
     click.echo(f"{out}: {info.events:,} events ({info.allocs:,} allocs, {info.frees:,} frees) from {src}", err=True)
@@ -218,9 +230,10 @@ def _device_line(md: dict[str, Any], index: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_meta_option
 @_allocator_option
-def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None) -> None:
+@_lenient_option
+def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, lenient: bool) -> None:
     """Counts and recorded peaks of a TRACE."""
-    t = _load(trace, meta, allocator)
+    t = _load(trace, meta, allocator, lenient=lenient)
     info = t.info()
     if as_json:
         click.echo(json.dumps(info.to_dict()))
@@ -255,6 +268,8 @@ def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None)
         ),
         ("duration", "-" if info.duration_s is None else f"{info.duration_s:.3f} s"),
     ]
+    if info.lenient_skipped is not None:
+        rows.append(("skipped (--lenient)", f"{info.lenient_skipped:,} events"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
@@ -306,6 +321,7 @@ def _table(rows: list[list[str]], header: list[str], text_columns: Sequence[int]
 )
 @_allocator_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@_lenient_option
 def replay_cmd(
     trace: str,
     policies: tuple[str, ...],
@@ -316,6 +332,7 @@ def replay_cmd(
     plot_path: str | None,
     allocator: str | None,
     quiet: bool,
+    lenient: bool,
 ) -> None:
     """Replay TRACE under allocator policies and report peak memory and OOMs. A policy that
     cannot run on the trace says why in its row's error column; the others still run."""
@@ -330,7 +347,7 @@ def replay_cmd(
         from allocreplay.plot import _pyplot
 
         _pyplot()  # say now, not after the replay, that matplotlib is missing
-    t = _load(trace, meta, allocator, quiet)
+    t = _load(trace, meta, allocator, quiet, lenient)
     result = _replay_progress(t, specs, capacity, placements=False, quiet=quiet)
     summary = result.summary
     if out:
@@ -403,6 +420,7 @@ _CAPACITY_SOURCES = {
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (several devices: ok, and one object per device under devices).")
 @_meta_option
 @_allocator_option
+@_lenient_option
 @click.option(
     "--no-addresses",
     is_flag=True,
@@ -410,10 +428,10 @@ _CAPACITY_SOURCES = {
     "addresses, as every what-if replay does (docs/driver-address-space.md); compares peaks, "
     "retries, OOMs and segment events.",
 )
-def validate_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, no_addresses: bool) -> None:
+def validate_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, lenient: bool, no_addresses: bool) -> None:
     """Replay TRACE under the settings and memory cap it recorded and compare, decision by
     decision, with what the real allocator did. Exit code 1 when the replay differs."""
-    reports = validate_reports(_load(trace, meta, allocator), no_addresses=no_addresses)
+    reports = validate_reports(_load(trace, meta, allocator, lenient=lenient), no_addresses=no_addresses)
     ok = all(r.ok for r in reports)
     if as_json:
         click.echo(json.dumps(validation_dict(reports)))

@@ -119,11 +119,11 @@ def replay(
     return ReplayResult(inner)
 
 
-def load(path: str, meta: str | None = None, allocator: str | None = None, *, quiet: bool = False) -> Trace:
+def load(path: str, meta: str | None = None, allocator: str | None = None, *, quiet: bool = False, lenient: bool = False) -> Trace:
     """``allocreplay.load`` with a progress bar: the bytes of the file read (decompressed) so
     far, then the elapsed time while the content is parsed."""
     from allocreplay._api import Trace
 
     counter = _core.Progress()
     with Bar(f"loading {os.path.basename(path)}", counter, enabled=False if quiet else None, unit="bytes"):
-        return Trace(_core.load_progress(os.fspath(path), counter, None if meta is None else os.fspath(meta), allocator))
+        return Trace(_core.load_progress(os.fspath(path), counter, None if meta is None else os.fspath(meta), allocator, lenient))

@@ -286,23 +286,33 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
     let (name, _) = policy::spec::split_spec(spec);
     let start = std::time::Instant::now();
     // `ideal` needs only the live bytes (one pass); `offline` runs XLA's best-fit planner too.
-    let ideal = crate::offline::ideal_peak(trace, device, alignment, capacity)?;
+    let ideal = crate::offline::ideal_peak(trace, device, alignment, None)?;
     let peak = if name == "ideal" { ideal.peak_bytes } else { crate::offline::plan_trace(trace, device, alignment)?.offline_peak_bytes };
     let c = trace.columns();
     let events = (0..trace.num_events()).filter(|&i| c.device[i] == device && c.action[i] <= 2).count();
-    // A bound over the capacity is an OOM at the first event where the live bytes exceed it
-    // (for `offline` the plan may exceed the capacity later than the live bytes do; the live
-    // bytes' first excess is where any allocator would fail at the latest).
-    let over = capacity.is_some_and(|cap| peak > cap);
-    let first_oom = if over {
-        ideal.first_over_capacity.map(|(event, requested)| FirstOom { event, requested, alloc_size: requested, allocated: 0, reserved: 0 })
-    } else {
-        None
+    // Over a capacity: the first OOM is the event where the live bytes first exceed it (for
+    // `offline`, when only the plan's fragmentation does, the first allocation whose chunk
+    // the plan puts beyond it).
+    let over = |planned| crate::offline::first_over_capacity(trace, device, ideal.alignment, capacity.unwrap_or(u64::MAX), planned);
+    let first = match capacity.filter(|&cap| peak > cap) {
+        Some(_) => match over(false)? {
+            Some(o) => Some(o),
+            None if name != "ideal" => over(true)?,
+            None => None,
+        },
+        None => None,
     };
+    let first_oom = first.map(|o| FirstOom {
+        event: o.event,
+        requested: o.requested,
+        alloc_size: o.rounded,
+        allocated: o.live_before,
+        reserved: o.live_before,
+    });
     let stats = crate::engine::stats::Stats {
         peak_allocated: ideal.peak_bytes,
         peak_reserved: peak,
-        num_ooms: u64::from(over),
+        num_ooms: u64::from(first_oom.is_some()),
         ..Default::default()
     };
     Ok(Run {

@@ -50,15 +50,16 @@ impl PyProgress {
 
 /// `load`, counting the bytes of the file read (decompressed) so far into `progress`.
 #[pyfunction]
-#[pyo3(signature = (path, progress, meta=None, allocator=None))]
+#[pyo3(signature = (path, progress, meta=None, allocator=None, lenient=false))]
 fn load_progress(
     py: Python<'_>,
     path: PathBuf,
     progress: &PyProgress,
     meta: Option<PathBuf>,
     allocator: Option<String>,
+    lenient: bool,
 ) -> BindingResult<PyTrace> {
-    let opts = ImportOptions { meta, allocator };
+    let opts = ImportOptions { meta, allocator, lenient };
     let p = progress.inner.clone();
     p.done.store(0, Ordering::Relaxed);
     p.total.store(0, Ordering::Relaxed);

@@ -99,11 +99,12 @@ fn derive(trace: &Trace, device: Option<i32>, patch: Option<&serde_json::Value>)
     Ok(out)
 }
 
-/// Loads an `.arrow` trace or imports a raw source (format detected from its bytes).
+/// Loads an `.arrow` trace or imports a raw source (format detected from its bytes); `lenient`
+/// skips the events that break the trace's semantics instead of refusing it.
 #[pyfunction]
-#[pyo3(signature = (path, meta=None, allocator=None))]
-pub fn load(py: Python<'_>, path: PathBuf, meta: Option<PathBuf>, allocator: Option<String>) -> BindingResult<PyTrace> {
-    let opts = ImportOptions { meta, allocator };
+#[pyo3(signature = (path, meta=None, allocator=None, lenient=false))]
+pub fn load(py: Python<'_>, path: PathBuf, meta: Option<PathBuf>, allocator: Option<String>, lenient: bool) -> BindingResult<PyTrace> {
+    let opts = ImportOptions { meta, allocator, lenient };
     let t = py.detach(move || import::load(&path, &opts))?;
     Ok(PyTrace { inner: Arc::new(t) })
 }

@@ -81,9 +81,10 @@ impl AddressSpace {
         AddressSpace { free: BTreeMap::from([(VA_BOTTOM, VA_TOP)]), regions, owner: FxHashMap::default(), reserve_next: RESERVE_BASE }
     }
 
-    /// `cudaMalloc(size)`'s address.
-    pub fn malloc(&mut self, size: u64) -> u64 {
-        let need = size.div_ceil(VA_PAGE).max(1) * VA_PAGE;
+    /// `cudaMalloc(size)`'s address; `None` when the modelled address space has no room (a
+    /// replay asking for more than it holds live is an OOM, never an overlap).
+    pub fn malloc(&mut self, size: u64) -> Option<u64> {
+        let need = size.div_ceil(VA_PAGE).max(1).saturating_mul(VA_PAGE);
         // 2. The lowest hole that fits.
         let hole = self
             .regions
@@ -99,14 +100,11 @@ impl AddressSpace {
             }
             r.live += 1;
             self.owner.insert(s, base);
-            return s;
+            return Some(s);
         }
         // 3. A new region, top-down.
         let range = self.free.iter().rev().find(|(&s, &e)| e - s >= need + VA_ALIGN).map(|(&s, &e)| (s, e));
-        let Some((s, e)) = range else {
-            // Out of modelled address space (never in practice): below it, unmanaged.
-            return VA_BOTTOM.saturating_sub(need);
-        };
+        let (s, e) = range?;
         let addr = (e - need) / VA_ALIGN * VA_ALIGN;
         self.free.remove(&s);
         if s < addr {
@@ -118,7 +116,7 @@ impl AddressSpace {
         }
         self.regions.insert(addr, Region { end: e, live: 1, holes });
         self.owner.insert(addr, addr);
-        addr
+        Some(addr)
     }
 
     /// `cudaFree(addr)`. Addresses the model did not hand out (recorded ones) are ignored.
@@ -215,22 +213,23 @@ impl DeviceMemory {
         self.request_hint = None;
     }
 
-    /// `cudaMalloc(size)`: an address, or `None` when it would exceed the capacity.
+    /// `cudaMalloc(size)`: an address, or `None` when it would exceed the capacity or when
+    /// the simulated address space (15 TiB, more than any device) has no room for it.
     pub fn malloc(&mut self, size: u64) -> Option<u64> {
         if !self.fits(size) {
             return None;
         }
+        let addr = self.pick_address(size)?;
         self.used += size;
         self.num_malloc += 1;
-        let addr = self.pick_address(size);
         self.record(Action::SegmentAlloc, addr, size);
         Some(addr)
     }
 
-    fn pick_address(&mut self, size: u64) -> u64 {
+    fn pick_address(&mut self, size: u64) -> Option<u64> {
         if let Some(pos) = self.hints.iter().position(|&(_, s)| s == size) {
             let (addr, _) = self.hints.remove(pos);
-            return addr;
+            return Some(addr);
         }
         self.va.malloc(size)
     }
@@ -244,6 +243,14 @@ impl DeviceMemory {
         self.num_malloc += 1;
         self.record(Action::SegmentAlloc, addr, size);
         Some(addr)
+    }
+
+    /// A segment that existed before the recorded history began (a seed): its bytes count as
+    /// used and its range is taken, so that freeing it later balances (before, `free` of a
+    /// seeded segment underflowed `used`: found by the arrow fuzz target).
+    pub fn adopt(&mut self, addr: u64, size: u64) {
+        let _ = addr; // recorded addresses are not in the modelled address space
+        self.used = self.used.saturating_add(size);
     }
 
     /// Reserves a virtual range (expandable segments: no physical memory, no capacity).
@@ -263,7 +270,7 @@ impl DeviceMemory {
     }
 
     pub fn unmap(&mut self, addr: u64, size: u64) {
-        self.used -= size;
+        self.used = self.used.saturating_sub(size);
         self.num_free += 1;
         self.record(Action::SegmentUnmap, addr, size);
     }
@@ -277,7 +284,7 @@ impl DeviceMemory {
 
     /// `cudaFree`.
     pub fn free(&mut self, addr: u64, size: u64) {
-        self.used -= size;
+        self.used = self.used.saturating_sub(size);
         self.num_free += 1;
         self.record(Action::SegmentFree, addr, size);
         self.va.free(addr);
@@ -297,7 +304,7 @@ mod tests {
         let mut addrs = Vec::new();
         for &op in ops {
             if op > 0 {
-                addrs.push(va.malloc(op as u64 * MIB));
+                addrs.push(va.malloc(op as u64 * MIB).unwrap());
             } else {
                 va.free(addrs[(-op - 1) as usize]);
             }

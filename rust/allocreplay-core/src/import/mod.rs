@@ -23,6 +23,10 @@ pub struct ImportOptions {
     /// xplane: which allocator's events to import (default: the device allocator with most
     /// events).
     pub allocator: Option<String>,
+    /// Skip the events that break the trace's semantics (double free, free of an unknown id,
+    /// backwards time, undeclared device or pool: `trace::check`) instead of refusing the
+    /// trace; their number goes to `metadata.extra["lenient_skipped"]`.
+    pub lenient: bool,
 }
 
 /// What kind of source a path holds.
@@ -34,7 +38,8 @@ pub enum SourceKind {
     Xplane,
 }
 
-/// Loads a trace from an `.arrow` file or any supported raw source.
+/// Loads a trace from an `.arrow` file or any supported raw source, and checks its events
+/// (`trace::check`: strict unless `opts.lenient`).
 pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
     load_with_progress(path, opts, None)
 }
@@ -47,8 +52,14 @@ pub struct LoadProgress {
     pub total: AtomicU64,
 }
 
-/// [`load`], counting its progress into `progress` for a progress bar.
+/// [`load`], counting its progress into `progress` for a progress bar. The trace's semantics
+/// are checked (`trace::check`) once loaded.
 pub fn load_with_progress(path: &Path, opts: &ImportOptions, progress: Option<&LoadProgress>) -> Result<Trace> {
+    let trace = load_unchecked(path, opts, progress)?;
+    crate::trace::check::check_trace(trace, path, opts.lenient)
+}
+
+fn load_unchecked(path: &Path, opts: &ImportOptions, progress: Option<&LoadProgress>) -> Result<Trace> {
     if path.is_dir() {
         // An XLA dump directory (--xla_dump_to: the temps of every compiled program), or a
         // profiler log / run directory (plugins/profile/<run>/*.xplane.pb).
@@ -61,7 +72,7 @@ pub fn load_with_progress(path: &Path, opts: &ImportOptions, progress: Option<&L
             return xla::trace::programs_trace(&programs, path);
         }
         return match xplane::find_in_profile_dir(path) {
-            Ok(file) => load_with_progress(&file, opts, progress),
+            Ok(file) => load_unchecked(&file, opts, progress),
             Err(Error::UnknownFormat { message, .. }) => Err(Error::UnknownFormat {
                 path: path.to_path_buf(),
                 message: format!("no XLA dump (module_*_after_optimizations* files) and {message}"),

@@ -142,9 +142,27 @@ impl<'a> Pickle<'a> {
     }
 
     /// Converts a value to JSON (dict keys that are not strings are written with their repr).
-    pub fn to_json(&self, v: Value) -> serde_json::Value {
+    /// Bounded: nesting deeper than [`MAX_JSON_DEPTH`] (a cycle through the memo included) and
+    /// more than [`MAX_JSON_EXPANSION`] × the pickle's size in values (a "billion laughs" of
+    /// shared memo references) are refused as corrupt, never expanded.
+    pub fn to_json(&self, v: Value) -> Result<serde_json::Value, PickleError> {
+        let mut budget = (self.data.len() as u64).saturating_mul(MAX_JSON_EXPANSION).max(64);
+        self.to_json_in(v, 0, &mut budget)
+    }
+
+    fn to_json_in(&self, v: Value, depth: usize, budget: &mut u64) -> Result<serde_json::Value, PickleError> {
         use serde_json::Value as J;
-        match v {
+        if *budget == 0 {
+            return Err(corrupt(format!(
+                "a value expands to more than {MAX_JSON_EXPANSION}× the pickle's {} bytes (shared memo references): refused",
+                self.data.len()
+            )));
+        }
+        *budget -= 1;
+        if depth >= MAX_JSON_DEPTH && matches!(v, Value::List(_) | Value::Tuple(_) | Value::Dict(_)) {
+            return Err(corrupt(format!("a value nests containers deeper than {MAX_JSON_DEPTH} levels (or in a cycle): refused")));
+        }
+        Ok(match v {
             Value::None => J::Null,
             Value::Bool(b) => J::Bool(b),
             Value::Int(i) => J::from(i),
@@ -154,19 +172,26 @@ impl<'a> Pickle<'a> {
                 let (s, e) = self.spans[i as usize];
                 J::String(String::from_utf8_lossy(&self.data[s..e]).into_owned())
             }
-            Value::List(_) | Value::Tuple(_) => J::Array(self.list(v).unwrap().iter().map(|&x| self.to_json(x)).collect()),
+            Value::List(_) | Value::Tuple(_) => {
+                let items = self.list(v).unwrap_or(&[]);
+                let mut out = Vec::with_capacity(items.len().min(*budget as usize));
+                for &x in items {
+                    out.push(self.to_json_in(x, depth + 1, budget)?);
+                }
+                J::Array(out)
+            }
             Value::Dict(_) => {
                 let mut m = serde_json::Map::new();
-                for &(k, x) in self.dict(v).unwrap() {
-                    let key = match self.to_json(k) {
+                for &(k, x) in self.dict(v).unwrap_or(&[]) {
+                    let key = match self.to_json_in(k, depth + 1, budget)? {
                         J::String(s) => s,
                         other => other.to_string(),
                     };
-                    m.insert(key, self.to_json(x));
+                    m.insert(key, self.to_json_in(x, depth + 1, budget)?);
                 }
                 J::Object(m)
             }
-        }
+        })
     }
 
     /// Short description of a value's type, for error messages.
@@ -198,6 +223,12 @@ struct Arena<T> {
 }
 
 const MOVED: u32 = u32::MAX;
+
+/// Deepest nesting of containers `Pickle::to_json` converts (serde_json reads back 128; a
+/// snapshot's `allocator_settings` nest 2 deep).
+pub const MAX_JSON_DEPTH: usize = 64;
+/// Most JSON values `Pickle::to_json` produces per byte of the pickle.
+pub const MAX_JSON_EXPANSION: u64 = 4;
 
 impl<T> Default for Arena<T> {
     fn default() -> Self {
@@ -399,7 +430,10 @@ impl<'a> Parser<'a> {
     fn memo_put(&mut self, idx: usize, v: Value) {
         if idx < self.memo.len() {
             self.memo[idx] = Some(v);
-        } else if idx - self.memo.len() < (1 << 16) {
+        } else if idx - self.memo.len() < (1 << 16) && idx < self.p.data.len() {
+            // Dense up to the input's size (a pickler numbers memo entries from 0, at most one
+            // per byte); keys beyond go to the sparse map, so growing keys can't make the memo
+            // larger than the input.
             self.memo.resize(idx + 1, None);
             self.memo[idx] = Some(v);
         } else {
@@ -509,6 +543,7 @@ impl<'a> Parser<'a> {
         {
             return Err(corrupt(format!("not a pickle (starts with bytes {:02x?})", &data[..data.len().min(4)])));
         }
+        let mut frame_end = 0usize;
         loop {
             let op = match self.take(1) {
                 Ok(b) => b[0],
@@ -522,7 +557,21 @@ impl<'a> Parser<'a> {
                     }
                 }
                 0x95 => {
-                    self.u64le()?; // FRAME: a length hint only
+                    // FRAME: the next `len` bytes hold whole opcodes. CPython's unpickler
+                    // (`load_frame`) refuses a frame that the data does not hold entirely; its
+                    // Python one also refuses a frame that starts inside the previous one.
+                    let at = self.pos - 1;
+                    if at < frame_end {
+                        return Err(corrupt(format!("FRAME at byte {at} begins before the previous frame ends (byte {frame_end})")));
+                    }
+                    let len = self.u64le()?;
+                    if len > (data.len() - self.pos) as u64 {
+                        return Err(corrupt(format!(
+                            "FRAME at byte {at} declares {len} bytes but only {} follow (truncated file?)",
+                            data.len() - self.pos
+                        )));
+                    }
+                    frame_end = self.pos + len as usize;
                 }
                 b'.' => {
                     // STOP
@@ -781,7 +830,7 @@ mod tests {
         let p = parse(b"\x80\x04}\x94(\x8c\x01a\x94K\x01h\x01K\x02u.").unwrap();
         assert_eq!(p.get(p.root, "a"), Some(Value::Int(2)));
         assert_eq!(p.keys(p.root), vec!["a".to_string()]);
-        assert_eq!(p.to_json(p.root), serde_json::json!({"a": 2}));
+        assert_eq!(p.to_json(p.root).unwrap(), serde_json::json!({"a": 2}));
         // DICT opcode (protocol 0) and SETITEM.
         let p = parse(b"(S'x'\nI1\nd.").map(|p| p.root);
         assert!(p.is_err(), "STRING opcode is not supported: refused as corrupt, not misread");
@@ -793,7 +842,7 @@ mod tests {
     fn containers_grown_in_several_batches_keep_their_items() {
         fn json(bytes: &[u8]) -> serde_json::Value {
             let p = parse(bytes).unwrap();
-            p.to_json(p.root)
+            p.to_json(p.root).unwrap()
         }
         // pickle.dumps([[1], [2, 3], {'k': [4]}], protocol=1): per-item APPEND, nested.
         assert_eq!(

@@ -14,6 +14,44 @@ use super::{read_meta_json, ImportOptions};
 use crate::error::{Error, Result};
 use crate::trace::{Action, DeviceInfo, EventRow, FrameInterner, PoolInfo, Trace, TraceBuilder, TraceMetadata};
 
+/// Sizes are below 2^56 (64 PiB): larger values are corrupt, and keeping them there leaves
+/// the policies' rounding arithmetic far from overflow.
+pub const MAX_SIZE: u64 = 1 << 56;
+
+/// A size: an integer from 0 to 2^56 - 1 (else the reason, for the message).
+fn size_value(p: &Pickle, v: Value) -> std::result::Result<u64, String> {
+    match v {
+        Value::Int(i) if (0..MAX_SIZE as i64).contains(&i) => Ok(i as u64),
+        _ => Err(format!("is {}, not a size (an integer from 0 to 2^56 - 1)", shown(p, v))),
+    }
+}
+
+/// An address: a non-negative integer.
+fn address_value(p: &Pickle, v: Value) -> std::result::Result<u64, String> {
+    match v {
+        Value::Int(i) if i >= 0 => Ok(i as u64),
+        _ => Err(format!("is {}, not an address (a non-negative integer)", shown(p, v))),
+    }
+}
+
+fn int_value(p: &Pickle, v: Value) -> std::result::Result<i64, String> {
+    match v {
+        Value::Int(i) => Ok(i),
+        _ => Err(format!("is {}, not an integer of 64 bits", shown(p, v))),
+    }
+}
+
+/// A value as a message shows it: numbers by value, others by type.
+fn shown(p: &Pickle, v: Value) -> String {
+    match v {
+        Value::Int(i) => i.to_string(),
+        Value::BigInt(f) => format!("{f:.0}"),
+        Value::Float(f) => format!("the float {f}"),
+        Value::Str(_) => format!("the string {:?}", p.str(v).unwrap_or("").chars().take(40).collect::<String>()),
+        other => format!("a {}", Pickle::type_name(other)),
+    }
+}
+
 /// A segment of the final state (`snapshot['segments']`).
 #[derive(Debug, Clone)]
 struct FinalSegment {
@@ -50,7 +88,7 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
     let mut metadata = TraceMetadata::new("pytorch");
     metadata.source_path = Some(path.display().to_string());
     if let Some(s) = p.get(p.root, "allocator_settings") {
-        metadata.allocator_settings = p.to_json(s);
+        metadata.allocator_settings = p.to_json(s).map_err(|e| bad(format!("'allocator_settings': {e}")))?;
     }
 
     // Pools: index 0 is the default pool (0, 0); private pools get indices in order seen.
@@ -60,6 +98,9 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
         None => Vec::new(),
     };
     let mut finals: Vec<FinalSegment> = Vec::with_capacity(segments.len());
+    // Blocks are read once per segment that lists them: a blocks list shared by many segments
+    // (memo references) would multiply; the total is bounded by the input's size.
+    let mut blocks_seen = 0usize;
     for (i, &s) in segments.iter().enumerate() {
         let req = |k: &str| -> Result<Value> { p.get(s, k).ok_or_else(|| bad(format!("segment {i} has no '{k}'"))) };
         let int = |k: &str| -> Result<i64> { p.int(req(k)?).ok_or_else(|| bad(format!("segment {i}: '{k}' is not an integer"))) };
@@ -71,20 +112,38 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
         let pool = *pool_index.entry(pool_id).or_insert(next);
         let mut live_blocks = Vec::new();
         if let Some(blocks) = p.get(s, "blocks").and_then(|v| p.list(v)) {
-            for &b in blocks {
+            blocks_seen += blocks.len();
+            if blocks_seen > data.len() {
+                return Err(bad(format!(
+                    "the segments list more blocks than the file has bytes ({}): shared references expand the snapshot; refused",
+                    data.len()
+                )));
+            }
+            for (j, &b) in blocks.iter().enumerate() {
                 let state = p.get(b, "state").and_then(|v| p.str(v)).unwrap_or("");
                 if state == "active_allocated" || state == "active_pending_free" {
-                    let addr =
-                        p.get(b, "address").and_then(|v| p.int(v)).ok_or_else(|| bad(format!("segment {i}: block without address")))?;
-                    let req = p.get(b, "requested_size").or_else(|| p.get(b, "size")).and_then(|v| p.int(v)).unwrap_or(0);
-                    live_blocks.push((addr as u64, req as u64, state == "active_pending_free"));
+                    let at = || format!("segment {i} block {j}");
+                    let addr = p.get(b, "address").ok_or_else(|| bad(format!("{}: block without address", at())))?;
+                    let addr = address_value(&p, addr).map_err(|m| bad(format!("{}: 'address' {m}", at())))?;
+                    let req = match p.get(b, "requested_size").or_else(|| p.get(b, "size")) {
+                        Some(v) => size_value(&p, v).map_err(|m| bad(format!("{}: 'requested_size' {m}", at())))?,
+                        None => 0,
+                    };
+                    live_blocks.push((addr, req, state == "active_pending_free"));
                 }
             }
         }
+        let device = int("device")?;
+        let device = i32::try_from(device)
+            .ok()
+            .filter(|&d| d >= 0)
+            .ok_or_else(|| bad(format!("segment {i}: 'device' {device} is not a device index (0 to 2^31 - 1)")))?;
+        let address = address_value(&p, req("address")?).map_err(|m| bad(format!("segment {i}: 'address' {m}")))?;
+        let total_size = size_value(&p, req("total_size")?).map_err(|m| bad(format!("segment {i}: 'total_size' {m}")))?;
         finals.push(FinalSegment {
-            device: int("device")? as i32,
-            address: int("address")? as u64,
-            total_size: int("total_size")? as u64,
+            device,
+            address,
+            total_size,
             stream: int("stream")?,
             pool,
             is_expandable: p.get(s, "is_expandable").map(|v| v == Value::Bool(true)).unwrap_or(false),
@@ -99,6 +158,14 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
         .collect();
 
     let total: usize = traces.iter().map(|&t| p.list(t).map_or(0, |l| l.len())).sum();
+    // Every entry of a real snapshot is a dict of its own (tens of bytes); lists shared through
+    // memo references could name the same entries millions of times from a small file.
+    if total > data.len() {
+        return Err(bad(format!(
+            "device_traces hold {total} entries, more than the file's {} bytes: shared references expand the snapshot; refused",
+            data.len()
+        )));
+    }
     let mut out = TraceBuilder::with_capacity(total + 64);
     let mut frames = Stacks::new(&p);
     let mut classes = StrClasses::new(&p);
@@ -230,14 +297,20 @@ fn parse_entries(p: &Pickle, entries: &[Value], dev: i32, path: &Path, classes: 
     for (i, &e) in entries.iter().enumerate() {
         let items =
             p.dict(e).ok_or_else(|| Error::format(path, format!("device_traces[{dev}][{i}] is a {}, not a dict", Pickle::type_name(e))))?;
-        let (mut action, mut addr, mut size, mut stream, mut time, mut frames) = (None, None, None, 0i64, None, Value::None);
+        let (mut action, mut addr, mut size, mut stream, mut time, mut frames) = (None, 0u64, 0u64, 0i64, None, Value::None);
+        let at = |key: &str, m: String| Error::format(path, format!("device_traces[{dev}][{i}]: '{key}' {m}"));
         for &(k, v) in items {
             match classes.of(p, k) {
                 S_ACTION => action = Some(v),
-                S_ADDR => addr = p.int(v),
-                S_SIZE => size = p.int(v),
-                S_STREAM => stream = p.int(v).unwrap_or(0),
-                S_TIME_US => time = p.int(v).map(|t| t.saturating_mul(1000)),
+                S_ADDR => addr = address_value(p, v).map_err(|m| at("addr", m))?,
+                S_SIZE => size = size_value(p, v).map_err(|m| at("size", m))?,
+                S_STREAM => stream = int_value(p, v).map_err(|m| at("stream", m))?,
+                S_TIME_US => {
+                    time = match v {
+                        Value::None => None,
+                        _ => Some(int_value(p, v).map_err(|m| at("time_us", m))?.saturating_mul(1000)),
+                    }
+                }
                 S_FRAMES => frames = v,
                 _ => {}
             }
@@ -248,7 +321,7 @@ fn parse_entries(p: &Pickle, entries: &[Value], dev: i32, path: &Path, classes: 
             let shown = p.str(name).map_or_else(|| format!("a {}", Pickle::type_name(name)), |s| format!("'{s}'"));
             Error::format(path, format!("device_traces[{dev}][{i}]: unknown action {shown}"))
         })?;
-        out.push(Entry { action, addr: addr.unwrap_or(0) as u64, size: size.unwrap_or(0).max(0) as u64, stream, time_ns: time, frames });
+        out.push(Entry { action, addr, size, stream, time_ns: time, frames });
     }
     Ok(out)
 }
@@ -288,7 +361,7 @@ fn import_device(
     // Mapped ranges at the end are not listed page by page; rebuild them by replaying the
     // map/unmap events forward from the final mapped totals is not possible, so track the
     // net effect backwards: each unmap (backwards) adds, each map (backwards) removes.
-    let mut map_delta: BTreeMap<u64, i64> = BTreeMap::new();
+    let mut map_delta: BTreeMap<u64, i128> = BTreeMap::new();
     for e in parsed.iter().rev() {
         match e.action {
             Action::Alloc => {
@@ -311,18 +384,18 @@ fn import_device(
                 let pool = final_pool.get(&e.addr).copied().unwrap_or(0);
                 segs.insert(e.addr, (e.size, e.stream, pool));
             }
-            Action::SegmentMap => *map_delta.entry(e.addr).or_insert(0) -= e.size as i64,
-            Action::SegmentUnmap => *map_delta.entry(e.addr).or_insert(0) += e.size as i64,
+            Action::SegmentMap => *map_delta.entry(e.addr).or_insert(0) -= e.size as i128,
+            Action::SegmentUnmap => *map_delta.entry(e.addr).or_insert(0) += e.size as i128,
             _ => {}
         }
     }
     // Expandable segments: the final mapped size of each range minus what the history mapped
     // (plus what it unmapped) is what was mapped before it; seed it as one map at the base.
     for &(base, size, pool) in &expandable_ranges {
-        let hist: i64 = map_delta.iter().filter(|(&a, _)| a >= base && a < base + size.max(1) * 16).map(|(_, &d)| d).sum();
-        let before = size as i64 + hist;
+        let hist: i128 = map_delta.iter().filter(|(&a, _)| a >= base && a < base + size.max(1) * 16).map(|(_, &d)| d).sum();
+        let before = size as i128 + hist;
         if before > 0 {
-            mapped.insert(base, (before as u64, 0, pool));
+            mapped.insert(base, (u64::try_from(before).unwrap_or(u64::MAX), 0, pool));
         }
     }
 

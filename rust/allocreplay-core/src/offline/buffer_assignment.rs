@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::heap::{self, HeapBuilder, HeapPlan};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::import::xla::{HeapEventKind, XlaProgram};
 use crate::trace::{Action, EventRow, FrameTable, Trace, TraceBuilder};
 
@@ -288,6 +288,9 @@ pub fn plan_dump(dir: &std::path::Path) -> Result<Vec<ProgramPlan>> {
     Ok(crate::import::xla::load_dump(dir)?.iter().map(plan_program).collect())
 }
 
+/// The most events [`runtime_trace`] makes (a trace of about 1 GB in memory).
+pub const MAX_RUNTIME_EVENTS: usize = 10_000_000;
+
 /// The allocations the JAX runtime makes when it runs a program `calls` times
 /// (`GpuExecutable::ExecuteAsyncOnStreamImpl` through PjRt): the arguments exist before the
 /// first call (one allocation per entry parameter allocation); each call allocates every
@@ -296,8 +299,22 @@ pub fn plan_dump(dir: &std::path::Path) -> Result<Vec<ProgramPlan>> {
 /// training loop `p = step(p)` drops them), and the first call drops the arguments. Sizes
 /// are the allocation sizes; the runtime allocator (BFC) rounds them itself. `time_ns` is the
 /// call number.
+///
+/// The trace is bounded: a `calls` whose trace would exceed [`MAX_RUNTIME_EVENTS`] events is
+/// refused (`plan --runtime --calls N`, `xla_runtime(calls=N)`).
 pub fn runtime_trace(p: &XlaProgram, calls: usize) -> Result<Trace> {
-    let mut b = TraceBuilder::with_capacity(16 + calls * (p.allocations.len() + 2));
+    let params = p.allocations.iter().filter(|a| a.is_entry_computation_parameter).count() as u128;
+    let outs = p.allocations.iter().filter(|a| a.maybe_live_out && !a.is_entry_computation_parameter).count() as u128;
+    let temps = p.allocations.iter().filter(|a| a.is_preallocated_temp()).count() as u128;
+    let events = params + calls as u128 * (outs + 2 * temps) + if calls == 0 { 0 } else { params + (calls as u128 - 1) * outs };
+    if events > MAX_RUNTIME_EVENTS as u128 {
+        return Err(Error::InvalidArgument(format!(
+            "{calls} calls of {} make a trace of {events} events, more than the limit of {MAX_RUNTIME_EVENTS}; ask for at most {} calls",
+            p.program,
+            (MAX_RUNTIME_EVENTS as u128).saturating_sub(2 * params) / (2 * outs + 2 * temps).max(1)
+        )));
+    }
+    let mut b = TraceBuilder::with_capacity(events as usize);
     let mut names = Vec::new();
     let mut next_id = 0u64;
     let ev = |b: &mut TraceBuilder, names: &mut Vec<Option<String>>, a: Action, id: u64, size: i64, call: i64| {

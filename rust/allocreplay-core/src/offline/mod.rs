@@ -51,42 +51,8 @@ pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineR
         return Err(Error::InvalidArgument(format!("alignment must be a power of two, got {alignment}")));
     }
     let start = std::time::Instant::now();
-    let c = trace.columns();
-    let n = trace.num_events();
-    // Dense handles for alloc ids (ids are dense per trace by construction, but be safe).
-    let mut handle_of: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-    let allocs = (0..n).filter(|&i| c.device[i] == device && c.action[i] == Action::Alloc as u8).count();
-    if allocs >= u32::MAX as usize {
-        return Err(Error::InvalidArgument(format!("{allocs} allocations: too many to plan")));
-    }
-    handle_of.reserve(allocs);
-    let mut b = heap::HeapBuilder::with_capacity(allocs);
-    let mut sizes: Vec<i64> = Vec::with_capacity(allocs);
     let a = alignment as i64;
-    for i in 0..n {
-        if c.device[i] != device || !c.alloc_id_valid(i) {
-            continue;
-        }
-        let id = c.alloc_id[i];
-        match Action::from_code(c.action[i]) {
-            Some(Action::Alloc) => {
-                let size = i64::try_from(c.size[i]).unwrap_or(i64::MAX / 4);
-                let size = (size + a - 1) / a * a;
-                let h = sizes.len() as u32;
-                if handle_of.insert(id, h).is_some() {
-                    return Err(Error::Replay(format!("event {i}: allocation id {id} allocated twice")));
-                }
-                sizes.push(size);
-                b.alloc(h, id, size);
-            }
-            Some(Action::FreeCompleted) => {
-                if let Some(h) = handle_of.remove(&id) {
-                    b.free(h, sizes[h as usize]);
-                }
-            }
-            _ => {}
-        }
-    }
+    let (mut b, sizes, _) = lifetimes(trace, device, a)?;
     b.free_all_open();
     let plan = heap::plan(&b.intervals, a);
     Ok(OfflineResult {
@@ -101,6 +67,112 @@ pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineR
         },
         plan_seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// The allocations of `device` as heap-builder calls: the builder, each handle's aligned size
+/// and the event that allocated it.
+fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, Vec<i64>, Vec<usize>)> {
+    let c = trace.columns();
+    let n = trace.num_events();
+    // Dense handles for alloc ids (ids are dense per trace by construction, but be safe).
+    let mut handle_of: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
+    let allocs = (0..n).filter(|&i| c.device[i] == device && c.action[i] == Action::Alloc as u8).count();
+    if allocs >= u32::MAX as usize {
+        return Err(Error::InvalidArgument(format!("{allocs} allocations: too many to plan")));
+    }
+    handle_of.reserve(allocs);
+    let mut b = heap::HeapBuilder::with_capacity(allocs);
+    let mut sizes: Vec<i64> = Vec::with_capacity(allocs);
+    let mut events: Vec<usize> = Vec::with_capacity(allocs);
+    for i in 0..n {
+        if c.device[i] != device || !c.alloc_id_valid(i) {
+            continue;
+        }
+        let id = c.alloc_id[i];
+        match Action::from_code(c.action[i]) {
+            Some(Action::Alloc) => {
+                // Sizes are below 2^56 (trace::check); clamp anyway so the rounding can't wrap.
+                let size = i64::try_from(c.size[i]).unwrap_or(i64::MAX / 4).min(i64::MAX / 4);
+                let size = (size + a - 1) / a * a;
+                let h = sizes.len() as u32;
+                if handle_of.insert(id, h).is_some() {
+                    return Err(Error::Replay(format!("event {i}: allocation id {id} allocated twice")));
+                }
+                sizes.push(size);
+                events.push(i);
+                b.alloc(h, id, size);
+            }
+            Some(Action::FreeCompleted) => {
+                if let Some(h) = handle_of.remove(&id) {
+                    b.free(h, sizes[h as usize]);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((b, sizes, events))
+}
+
+/// Where an offline bound first exceeds a capacity (`ideal` / `offline` replays with
+/// `--capacity`): the first allocation event at which the live bytes (`planned = false`) or
+/// the end of the plan's chunk (`planned = true`) go beyond `capacity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverCapacity {
+    pub event: usize,
+    /// The request's bytes, and its size rounded to the alignment.
+    pub requested: u64,
+    pub rounded: u64,
+    /// Live bytes (aligned) just before the event.
+    pub live_before: u64,
+}
+
+pub fn first_over_capacity(trace: &Trace, device: i32, alignment: u64, capacity: u64, planned: bool) -> Result<Option<OverCapacity>> {
+    let alignment = if alignment == 0 { default_alignment(&trace.metadata.source) } else { alignment };
+    if !alignment.is_power_of_two() {
+        return Err(Error::InvalidArgument(format!("alignment must be a power of two, got {alignment}")));
+    }
+    let (mut b, sizes, events) = lifetimes(trace, device, alignment as i64)?;
+    b.free_all_open();
+    let plan = planned.then(|| heap::plan(&b.intervals, alignment as i64));
+    // Live bytes before each allocation, from the intervals' (start, end) in handle order.
+    let c = trace.columns();
+    let mut live: i128 = 0;
+    let mut live_of = vec![0i128; sizes.len()];
+    let mut next = 0usize;
+    let mut handle_at: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    for i in 0..trace.num_events() {
+        if c.device[i] != device || !c.alloc_id_valid(i) {
+            continue;
+        }
+        match Action::from_code(c.action[i]) {
+            Some(Action::Alloc) if next < events.len() && events[next] == i => {
+                let h = next;
+                next += 1;
+                live_of[h] = live;
+                let end = match &plan {
+                    Some(p) => b.interval_of(h as u32).map_or(0, |k| p.offsets[k as usize] as i128 + p.chunk_sizes[k as usize] as i128),
+                    None => live + sizes[h] as i128,
+                };
+                if end > capacity as i128 {
+                    return Ok(Some(OverCapacity {
+                        event: i,
+                        requested: c.size[i],
+                        rounded: sizes[h] as u64,
+                        live_before: live.max(0) as u64,
+                    }));
+                }
+                live += sizes[h] as i128;
+                handle_at.insert(c.alloc_id[i], h);
+            }
+            Some(Action::FreeCompleted) => {
+                if let Some(h) = handle_at.remove(&c.alloc_id[i]) {
+                    live -= sizes[h] as i128;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
 }
 
 /// The `ideal` bound alone: the maximum of the live bytes of `device` (sizes rounded up to
@@ -204,6 +276,20 @@ mod tests {
         let r = plan_trace(&t, 0, 256).unwrap();
         assert_eq!(r.ideal_peak_bytes, 1024);
         assert!(r.offline_peak_bytes >= r.ideal_peak_bytes);
+    }
+
+    #[test]
+    fn the_first_event_over_a_capacity() {
+        // Aligned live bytes: 1024, 2048, 1024, 2560. Capacity 2048: ideal first exceeds it at
+        // the third alloc (event 3, 1024 live before); capacity 1024 at the second (event 1).
+        let t = trace(&[(Action::Alloc, 0, 1000), (Action::Alloc, 1, 600), (Action::FreeCompleted, 1, 600), (Action::Alloc, 2, 1500)]);
+        let o = first_over_capacity(&t, 0, 512, 2048, false).unwrap().unwrap();
+        assert_eq!(o, OverCapacity { event: 3, requested: 1500, rounded: 1536, live_before: 1024 });
+        assert_eq!(first_over_capacity(&t, 0, 512, 1024, false).unwrap().unwrap().event, 1);
+        assert_eq!(first_over_capacity(&t, 0, 512, 2560, false).unwrap(), None);
+        // The plan (heap 2560) first exceeds 2048 where a chunk ends above it.
+        assert!(first_over_capacity(&t, 0, 512, 2048, true).unwrap().is_some());
+        assert_eq!(first_over_capacity(&t, 0, 512, 2560, true).unwrap(), None);
     }
 
     #[test]

@@ -40,7 +40,7 @@ const NONE: u32 = u32::MAX;
 /// `BFCAllocator::RoundedBytes`.
 #[inline]
 pub fn rounded_bytes(bytes: u64) -> u64 {
-    K_MIN_ALLOCATION_SIZE * bytes.div_ceil(K_MIN_ALLOCATION_SIZE)
+    K_MIN_ALLOCATION_SIZE.saturating_mul(bytes.div_ceil(K_MIN_ALLOCATION_SIZE))
 }
 
 /// `BFCAllocator::BinNumForSize`: `min(Log2FloorNonZero(bytes >> kMinAllocationBits), kNumBins - 1)`.
@@ -546,6 +546,9 @@ impl Policy for Bfc {
     }
 
     fn malloc(&mut self, req: &Request, dev: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        if let Some(oom) = super::unservable(req.size, &mut self.stats) {
+            return Err(oom);
+        }
         if req.size == 0 {
             // `AllocateRawInternal` returns nullptr for 0 bytes (no chunk, no event).
             return Ok(Placement { addr: 0, size: 0, segment: 0 });
@@ -573,6 +576,9 @@ impl Policy for Bfc {
     /// (a chunk the allocator had handed out, so it is not rounded or split again). Without an
     /// address (in-use bytes no event accounts for), a region of its own.
     fn seed_alloc(&mut self, req: &Request, dev: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        if let Some(oom) = super::unservable(req.size.max(req.recorded_chunk.unwrap_or(0)), &mut self.stats) {
+            return Err(oom);
+        }
         let size = rounded_bytes(req.recorded_chunk.unwrap_or(req.size).max(req.size).max(1));
         if !self.opts.allow_growth && self.regions.is_empty() {
             // Preallocated: every seed sat in the one region, which starts at or below the
@@ -694,6 +700,9 @@ impl Policy for Platform {
     }
 
     fn malloc(&mut self, req: &Request, dev: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        if let Some(oom) = super::unservable(req.size, &mut self.stats) {
+            return Err(oom);
+        }
         let size = rounded_bytes(req.size);
         if size == 0 {
             return Ok(Placement { addr: 0, size: 0, segment: 0 });

@@ -446,6 +446,9 @@ impl Policy for CudaAsync {
     }
 
     fn malloc(&mut self, req: &Request, device: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        if let Some(oom) = super::unservable(req.size, &mut self.stats) {
+            return Err(oom);
+        }
         self.init(device);
         let base = self.base.expect("pool initialised");
         if req.size == 0 {
@@ -454,7 +457,7 @@ impl Policy for CudaAsync {
             self.live_allocs += 1;
             return Ok(Placement { addr: 0, size: 0, segment: base });
         }
-        let size = req.size.div_ceil(POOL_ALIGN) * POOL_ALIGN;
+        let size = req.size.div_ceil(POOL_ALIGN).saturating_mul(POOL_ALIGN);
         let Some((off, fit_end)) = self.find_fit(size) else {
             self.stats.num_ooms += 1;
             return Err(OutOfMemory { alloc_size: size });

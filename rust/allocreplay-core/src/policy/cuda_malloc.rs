@@ -65,9 +65,9 @@ pub(crate) struct PageLayout {
 impl PageLayout {
     /// Bytes the allocation sets aside (512-byte rounded; page-rounded when large).
     pub(crate) fn rounded(size: u64) -> u64 {
-        let r = size.max(1).div_ceil(MALLOC_ALIGN) * MALLOC_ALIGN;
+        let r = size.max(1).div_ceil(MALLOC_ALIGN).saturating_mul(MALLOC_ALIGN);
         if r >= PAGE {
-            r.div_ceil(PAGE) * PAGE
+            r.div_ceil(PAGE).saturating_mul(PAGE)
         } else {
             r
         }
@@ -216,6 +216,9 @@ impl Policy for CudaMalloc {
     }
 
     fn malloc(&mut self, req: &Request, device: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        if let Some(oom) = super::unservable(req.size, &mut self.stats) {
+            return Err(oom);
+        }
         let i = req.id as usize;
         if i >= self.slots.len() {
             self.slots.resize((i + 1).max(self.slots.len() * 2), None);

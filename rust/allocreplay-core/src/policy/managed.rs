@@ -238,6 +238,9 @@ impl Policy for Managed {
     }
 
     fn malloc(&mut self, req: &Request, device: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        if let Some(oom) = super::unservable(req.size, &mut self.stats) {
+            return Err(oom);
+        }
         let i = req.id as usize;
         if i >= self.slots.len() {
             self.slots.resize((i + 1).max(self.slots.len() * 2), None);

@@ -6,6 +6,7 @@ pub mod bfc;
 pub mod bfc_config;
 pub mod cuda_async;
 pub mod cuda_malloc;
+pub mod invariants;
 pub mod managed;
 pub mod pytorch;
 pub mod pytorch_config;
@@ -13,6 +14,23 @@ mod sorted_map;
 pub mod spec;
 
 pub use spec::{build, PolicyContext};
+
+/// Requests of 2^55 bytes (32 PiB) or more fail in every policy, as the real allocators fail
+/// them: no device has that much, and below it the policies' rounding (at most doubling a
+/// size: power-of-two divisions) stays below 2^56, where `pytorch` packs sizes into its block
+/// keys. A request near 2^64 used to wrap to a 0-byte block.
+pub const MAX_REQUEST: u64 = 1 << 55;
+
+/// The OOM of a request of `size` bytes that no allocator can serve (counted in `stats`);
+/// `None` for any other size.
+#[inline]
+pub(crate) fn unservable(size: u64, stats: &mut Stats) -> Option<OutOfMemory> {
+    if size < MAX_REQUEST {
+        return None;
+    }
+    stats.num_ooms += 1;
+    Some(OutOfMemory { alloc_size: size })
+}
 
 use crate::engine::device::DeviceMemory;
 use crate::engine::stats::Stats;

@@ -330,7 +330,7 @@ impl CachingAllocator {
         if divisions > 1 && size > K_MIN_BLOCK_SIZE * divisions {
             roundup_power2_next_division(size, divisions)
         } else {
-            K_MIN_BLOCK_SIZE * size.div_ceil(K_MIN_BLOCK_SIZE)
+            K_MIN_BLOCK_SIZE.saturating_mul(size.div_ceil(K_MIN_BLOCK_SIZE))
         }
     }
 
@@ -530,6 +530,11 @@ impl CachingAllocator {
         while self.blocks[candidate as usize].size < size {
             let remaining = size - self.blocks[candidate as usize].size;
             let new_candidate = self.blocks[candidate as usize].next;
+            if new_candidate == NONE {
+                // The request is larger than the segment's whole address space (1 1/8 of the
+                // device): no mapping can serve it (found by fuzzing with an unlimited cap).
+                return None;
+            }
             let s = remaining.min(self.blocks[new_candidate as usize].size);
             if !self.map_block(new_candidate, s, dev) {
                 return None;
@@ -863,6 +868,9 @@ impl Policy for CachingAllocator {
         if req.size == 0 {
             return Ok(Placement { addr: 0, size: 0, segment: 0 });
         }
+        if let Some(oom) = super::unservable(req.size, &mut self.stats) {
+            return Err(oom);
+        }
         let stream = req.stream as u64;
         let size = self.round_size(req.size);
         let pool = self.pool_index(req.pool, size <= K_SMALL_SIZE);
@@ -939,10 +947,11 @@ impl Policy for CachingAllocator {
         self.release_cached_blocks(dev);
     }
 
-    fn seed_segment(&mut self, addr: u64, size: u64, stream: i64, pool: u32, _dev: &mut DeviceMemory) {
+    fn seed_segment(&mut self, addr: u64, size: u64, stream: i64, pool: u32, dev: &mut DeviceMemory) {
         if self.config.expandable_segments {
             return; // expandable seeds are served as ordinary requests
         }
+        dev.adopt(addr, size);
         let small = size == K_SMALL_BUFFER;
         let pool = self.pool_index(pool, small);
         let b = self.new_block(Block::new(addr, size, stream as u64, pool, NONE, addr));
@@ -955,6 +964,9 @@ impl Policy for CachingAllocator {
     /// a seeded segment containing its address is split around it (the tail stays with the
     /// allocation when `should_split` says the real allocator would not have split it off).
     fn seed_alloc(&mut self, req: &Request, dev: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+        if let Some(oom) = super::unservable(req.size.max(req.recorded_chunk.unwrap_or(0)), &mut self.stats) {
+            return Err(oom);
+        }
         let Some(addr) = req.recorded_addr else { return self.malloc(req, dev) };
         let rounded = self.round_size(req.size);
         let pool = self.pool_index(req.pool, rounded <= K_SMALL_SIZE);

@@ -36,6 +36,8 @@ pub struct TraceInfo {
     pub recorded_peak_reserved_bytes: Option<u64>,
     pub recorded_peak_reserved_bytes_per_device: BTreeMap<i32, u64>,
     pub duration_s: Option<f64>,
+    /// Events a lenient load skipped (`trace::check`); `None` for a strict load.
+    pub lenient_skipped: Option<u64>,
 }
 
 pub fn trace_info(trace: &Trace) -> TraceInfo {
@@ -141,5 +143,6 @@ pub fn trace_info(trace: &Trace) -> TraceInfo {
         recorded_peak_reserved_bytes: peak_total,
         recorded_peak_reserved_bytes_per_device: peak_reserved,
         duration_s: (tmax >= tmin).then(|| (tmax - tmin) as f64 / 1e9),
+        lenient_skipped: trace.metadata.extra.get(super::check::LENIENT_SKIPPED).and_then(|v| v.as_u64()),
     }
 }

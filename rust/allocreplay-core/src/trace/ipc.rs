@@ -6,7 +6,7 @@ use arrow_array::{Array, RecordBatch};
 use arrow_ipc::reader::FileReader;
 use arrow_ipc::writer::FileWriter;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use super::schema::{core_fields, META_FORMAT_VERSION, META_FRAMES, META_METADATA};
@@ -33,6 +33,74 @@ pub fn write_arrow(trace: &Trace, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Checks what arrow-ipc trusts before it slices buffers (a block or buffer beyond the file
+/// panics inside arrow-buffer; a huge body length allocates it): every footer block lies in
+/// the file, every buffer in its message's body, and the batches hold no more rows than the
+/// file could (at least [`MIN_ROW_BYTES`] bytes a row: blocks pointing at one body many times).
+fn check_ipc_bounds(bytes: &[u8]) -> std::result::Result<(), String> {
+    let n = bytes.len();
+    if n < 18 || !bytes.ends_with(b"ARROW1") {
+        return Err("the file is truncated (no ARROW1 trailer)".into());
+    }
+    let footer_len = i32::from_le_bytes(bytes[n - 10..n - 6].try_into().unwrap());
+    let footer_len = usize::try_from(footer_len).ok().filter(|&l| l <= n - 18).ok_or("the footer length is out of the file")?;
+    let footer = arrow_ipc::root_as_footer(&bytes[n - 10 - footer_len..n - 10]).map_err(|e| format!("corrupt footer: {e}"))?;
+    let mut rows: u64 = 0;
+    let blocks = footer.recordBatches().into_iter().flatten().chain(footer.dictionaries().into_iter().flatten());
+    for (k, block) in blocks.enumerate() {
+        let (off, meta, body) = (block.offset(), block.metaDataLength(), block.bodyLength());
+        let (Ok(off), Ok(meta), Ok(body)) = (usize::try_from(off), usize::try_from(meta), usize::try_from(body)) else {
+            return Err(format!("block {k} has a negative offset or length"));
+        };
+        let end = off.checked_add(meta).and_then(|x| x.checked_add(body));
+        if end.is_none_or(|e| e > n) || meta < 8 {
+            return Err(format!("block {k} lies beyond the end of the file"));
+        }
+        let mut m = &bytes[off..off + meta];
+        if m[..4] == [0xff; 4] {
+            m = &m[4..];
+        }
+        let len = i32::from_le_bytes(m[..4].try_into().unwrap());
+        let len =
+            usize::try_from(len).ok().filter(|&l| l <= m.len() - 4).ok_or_else(|| format!("block {k}: message length out of its block"))?;
+        let msg = arrow_ipc::root_as_message(&m[4..4 + len]).map_err(|e| format!("block {k}: corrupt message: {e}"))?;
+        let body_len = u64::try_from(msg.bodyLength())
+            .ok()
+            .filter(|&b| b <= body as u64)
+            .ok_or_else(|| format!("block {k}: body longer than its block"))?;
+        let batch = msg.header_as_record_batch().or_else(|| msg.header_as_dictionary_batch().and_then(|d| d.data()));
+        if let Some(b) = batch {
+            if msg.header_as_record_batch().is_some() {
+                rows = rows.saturating_add(u64::try_from(b.length()).map_err(|_| format!("block {k}: negative row count"))?);
+            }
+            for (j, buf) in b.buffers().into_iter().flatten().enumerate() {
+                let fits = u64::try_from(buf.offset())
+                    .ok()
+                    .zip(u64::try_from(buf.length()).ok())
+                    .and_then(|(o, l)| o.checked_add(l))
+                    .is_some_and(|e| e <= body_len);
+                if !fits {
+                    return Err(format!("block {k}: buffer {j} lies beyond its message body"));
+                }
+                // The IPC format pads buffers to 8 bytes; arrow's validation panics on an
+                // unaligned offsets buffer in a dictionary batch (found by the arrow fuzz target).
+                if buf.offset() % 8 != 0 || (off + meta) % 8 != 0 {
+                    return Err(format!("block {k}: buffer {j} is not 8-byte aligned, as the IPC format requires"));
+                }
+            }
+            for node in b.nodes().into_iter().flatten() {
+                if node.length() < 0 || node.null_count() < 0 || node.null_count() > node.length() {
+                    return Err(format!("block {k}: a column has a negative length or more nulls than values"));
+                }
+            }
+        }
+    }
+    if rows > n as u64 / MIN_ROW_BYTES {
+        return Err(format!("the batches claim {rows} rows, more than a file of {n} bytes holds"));
+    }
+    Ok(())
+}
+
 /// Why [`write_arrow_to`] failed.
 #[derive(Debug)]
 pub enum WriteError {
@@ -52,10 +120,35 @@ pub fn write_arrow_to<W: Write>(trace: &Trace, out: W) -> std::result::Result<()
     w.into_inner().map_err(to_err)?.flush().map_err(WriteError::Io)
 }
 
+/// The least bytes a row of a trace takes in the file: its non-null core columns (action 1,
+/// size 8, stream 8, device 4, pool 4, seed 1 bit).
+const MIN_ROW_BYTES: u64 = 25;
+
+/// Reads an `.arrow` trace. Everything the file says is checked before it is used: the IPC
+/// structure (`check_ipc_bounds`), every array (arrow's full validation), the schema, the
+/// action dictionary, and the alloc ids; the events' semantics are checked by `import::load`
+/// (`trace::check`).
 pub fn read_arrow(path: &Path) -> Result<Trace> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let reader =
-        FileReader::try_new(BufReader::new(file), None).map_err(|e| Error::format(path, format!("not a readable Arrow IPC file ({e})")))?;
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    read_arrow_bytes(path, bytes)
+}
+
+/// `read_arrow` of a file's bytes (`path` names it in errors).
+pub fn read_arrow_bytes(path: &Path, bytes: Vec<u8>) -> Result<Trace> {
+    if !bytes.starts_with(b"ARROW1") {
+        return Err(Error::format(path, "not a readable Arrow IPC file (no ARROW1 magic)"));
+    }
+    check_ipc_bounds(&bytes).map_err(|m| Error::format(path, format!("corrupt Arrow IPC file: {m}")))?;
+    // What the bounds check cannot foresee still must not reach the user as a panic.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_checked(path, bytes))) {
+        Ok(r) => r,
+        Err(_) => Err(Error::format(path, "corrupt Arrow IPC file: the Arrow reader failed on it")),
+    }
+}
+
+fn read_checked(path: &Path, bytes: Vec<u8>) -> Result<Trace> {
+    let reader = FileReader::try_new(std::io::Cursor::new(bytes), None)
+        .map_err(|e| Error::format(path, format!("not a readable Arrow IPC file ({e})")))?;
     let schema = reader.schema();
     let batches: Vec<RecordBatch> =
         reader.collect::<std::result::Result<_, _>>().map_err(|e| Error::format(path, format!("corrupt Arrow record batch: {e}")))?;
@@ -116,6 +209,9 @@ pub fn trace_from_batches(schema: arrow_schema::SchemaRef, batches: Vec<RecordBa
     }
     // Allocation ids are dense (traces/README.md): the engine and `info` index arrays by them,
     // so a file with an id beyond the number of events is refused rather than allocated for.
+    for (i, d) in batch.columns().iter().enumerate() {
+        d.to_data().validate_full().map_err(|e| Error::format(path, format!("column {i} is corrupt: {e}")))?;
+    }
     let ids = batch.column(1).as_primitive::<arrow_array::types::UInt64Type>();
     if let Some(max) = ids.iter().flatten().max() {
         if max >= batch.num_rows() as u64 {
@@ -125,5 +221,17 @@ pub fn trace_from_batches(schema: arrow_schema::SchemaRef, batches: Vec<RecordBa
             ));
         }
     }
+    // Values under nulls are undefined in Arrow (any writer may leave garbage there); the engine
+    // reads alloc_id's values directly, so they are zeroed.
+    let batch = match ids.nulls() {
+        Some(nulls) if ids.values().iter().enumerate().any(|(i, &v)| v != 0 && nulls.is_null(i)) => {
+            let clean: arrow_array::UInt64Array = ids.iter().map(|v| Some(v.unwrap_or(0))).collect();
+            let clean = arrow_array::UInt64Array::new(clean.values().clone(), Some(nulls.clone()));
+            let mut cols = batch.columns().to_vec();
+            cols[1] = std::sync::Arc::new(clean);
+            RecordBatch::try_new(batch.schema(), cols).map_err(|e| Error::format(path, format!("corrupt Arrow record batch: {e}")))?
+        }
+        _ => batch,
+    };
     Ok(Trace::from_checked_batch(metadata, frames, batch))
 }

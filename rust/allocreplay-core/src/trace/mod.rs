@@ -3,6 +3,7 @@
 
 mod action;
 mod builder;
+pub mod check;
 mod edit;
 mod frames;
 pub mod info;
@@ -13,7 +14,7 @@ pub mod schema;
 pub use action::Action;
 pub use builder::{EventRow, TraceBuilder};
 pub use frames::{FrameInterner, FrameTable};
-pub use ipc::{read_arrow, trace_from_batches, write_arrow, write_arrow_to, WriteError};
+pub use ipc::{read_arrow, read_arrow_bytes, trace_from_batches, write_arrow, write_arrow_to, WriteError};
 pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION};
 
 use arrow_array::cast::AsArray;

@@ -123,6 +123,25 @@ impl XlaProgram {
 }
 
 /// The program prefixes of a dump directory, sorted by module id.
+/// The files XLA dumps for an optimized program, after its prefix.
+const PROGRAM_FILES: &[&str] = &[
+    ".hlo.pb",
+    "-buffer-assignment.txt",
+    "-buffer-assignment-values.txt",
+    "-live-range.txt",
+    "-memory-usage-report.txt",
+    "-memory-usage-report.pb",
+    ".txt",
+];
+
+/// A text dump cut short (its last line has no newline; XLA ends every line).
+fn check_complete(path: &Path, text: &str) -> Result<()> {
+    if !text.is_empty() && !text.ends_with('\n') {
+        return Err(Error::format(path, "the file ends in the middle of a line: truncated dump"));
+    }
+    Ok(())
+}
+
 pub fn list_programs(dir: &Path) -> Result<Vec<PathBuf>> {
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut prefixes: Vec<(u64, String)> = Vec::new();
@@ -136,7 +155,9 @@ pub fn list_programs(dir: &Path) -> Result<Vec<PathBuf>> {
         let Some(end) = name.find(AFTER_OPT) else { continue };
         let prefix = &name[..end + AFTER_OPT.len()];
         let rest = &name[end + AFTER_OPT.len()..];
-        if rest != ".hlo.pb" && rest != "-buffer-assignment.txt" {
+        // Any of a program's dump files names it: a program whose buffer assignment is
+        // missing is an error in `load_program`, not silently left out of the plan.
+        if !PROGRAM_FILES.contains(&rest) {
             continue;
         }
         let id = prefix["module_".len()..].split('.').next().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
@@ -189,7 +210,10 @@ pub fn load_program(prefix: &Path) -> Result<XlaProgram> {
         let text = std::fs::read_to_string(&txt).map_err(|e| Error::io(&txt, e))?;
         parse_buffer_assignment_text(&txt, &text)?
     } else {
-        return Err(Error::format(prefix, "neither .hlo.pb nor -buffer-assignment.txt exists for this program"));
+        return Err(Error::format(
+            prefix,
+            "neither .hlo.pb nor -buffer-assignment.txt exists for this program (its other dump files do): incomplete dump",
+        ));
     };
     program.program = format!("{module_part}.{module_name}");
     program.module_name = module_name;
@@ -425,6 +449,7 @@ fn instruction_positions(module: &proto::HloModuleProto) -> (HashMap<i64, i64>, 
 /// Parses `-buffer-assignment.txt` (`BufferAssignment::ToString`). Tolerates `, page N`,
 /// `, color N` and the layouts of older versions (no page, no color).
 pub fn parse_buffer_assignment_text(path: &Path, text: &str) -> Result<XlaProgram> {
+    check_complete(path, text)?;
     let mut values: Vec<XlaValue> = Vec::new();
     let mut index: HashMap<u64, u32> = HashMap::new();
     let mut allocations: Vec<XlaAllocation> = Vec::new();
@@ -449,6 +474,20 @@ pub fn parse_buffer_assignment_text(path: &Path, text: &str) -> Result<XlaProgra
                 }
             }
             let flags = flags.trim_end().trim_end_matches(':');
+            if index != allocations.len() as i64 {
+                return Err(bad(&format!(
+                    "allocation {index} follows allocation {} (a part of the dump is missing)",
+                    allocations.len() as i64 - 1
+                )));
+            }
+            if let Some(prev) = allocations.last() {
+                if prev.assigned.is_empty() {
+                    return Err(bad(&format!("allocation {} holds no value (a part of the dump is missing)", prev.index)));
+                }
+            }
+            if size < 0 {
+                return Err(bad("negative allocation size"));
+            }
             let mut a = XlaAllocation { index, size, ..Default::default() };
             for item in flags.split(',').map(str::trim) {
                 if let Some(c) = item.strip_prefix("color ") {
@@ -510,6 +549,9 @@ pub fn parse_buffer_assignment_text(path: &Path, text: &str) -> Result<XlaProgra
     if allocations.is_empty() {
         return Err(Error::format(path, "no 'allocation N: size S' line: not an XLA buffer-assignment dump"));
     }
+    if let Some(last) = allocations.last().filter(|a| a.assigned.is_empty()) {
+        return Err(Error::format(path, format!("allocation {} holds no value: truncated dump", last.index)));
+    }
     // Logical buffer sizes: the assigned size of a value is its group's chunk; the smallest
     // assigned size we saw is the best guess for the value itself.
     Ok(XlaProgram {
@@ -528,6 +570,7 @@ pub fn parse_buffer_assignment_text(path: &Path, text: &str) -> Result<XlaProgra
 /// Parses `-live-range.txt` (`HloLiveRange::ToString`): the last schedule step and each
 /// value's `[start, end]` (inclusive).
 pub fn parse_live_range_text(path: &Path, text: &str) -> Result<(i64, LiveRanges)> {
+    check_complete(path, text)?;
     let mut end = None;
     let mut ranges = HashMap::new();
     let mut in_ranges = false;

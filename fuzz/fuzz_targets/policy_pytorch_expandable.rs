@@ -1,0 +1,19 @@
+//! The `pytorch:expandable_segments:True` policy on random request streams, its invariants checked at every step
+//! (`policy::invariants::run_checked`): no overlapping live blocks, allocated <= reserved <=
+//! capacity, failed requests change nothing, all freed -> allocated 0.
+#![no_main]
+use allocreplay_core::policy::invariants::{ops_from_bytes, run_checked};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if data.is_empty() {
+        return;
+    }
+    // The first byte picks the capacity: none, or 2^(22 + b % 20) bytes (from 4 MiB: under a
+    // cap below its 2 MiB page, `managed` still keeps a page resident).
+    let capacity = if data[0] % 4 == 0 { None } else { Some(1u64 << (22 + data[0] % 20)) };
+    let ops = ops_from_bytes(&data[1..]);
+    if let Err(e) = run_checked("pytorch:expandable_segments:True", &ops, capacity) {
+        panic!("pytorch:expandable_segments:True, capacity {capacity:?}: {e}");
+    }
+});
