@@ -108,24 +108,14 @@ pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) 
     results.into_inner().unwrap().into_iter().map(|r| r.expect("every job ran")).collect()
 }
 
-/// `ideal` / `offline` (optionally `:alignment=N`): the offline bounds of
-/// [`crate::offline::plan_trace`], which see every lifetime first and so are not online
-/// policies. `None` for any other spec.
+/// `ideal` / `offline` (optionally `:alignment=N`): the registry's offline bounds, computed
+/// by [`crate::offline::plan_trace`] (they see every lifetime first, so are not online
+/// policies). `None` for any other spec (the factory builds, or rejects, those).
 fn offline_alignment(spec: &str) -> Result<Option<u64>> {
     let (name, options) = policy::spec::split_spec(spec);
-    if name != "ideal" && name != "offline" {
-        return Ok(None);
-    }
-    if options.is_empty() {
-        return Ok(Some(0));
-    }
-    match options.split_once('=') {
-        Some(("alignment", v)) => v
-            .trim()
-            .parse::<u64>()
-            .map(Some)
-            .map_err(|_| Error::PolicySpec(format!("{spec}: alignment expects a number of bytes, got '{v}'"))),
-        _ => Err(Error::PolicySpec(format!("{spec}: unknown option '{options}'; valid options: alignment=BYTES"))),
+    match policy::REGISTRY.iter().find(|e| e.name == name) {
+        Some(entry) if matches!(entry.kind, policy::PolicyKind::OfflineBound) => policy::bounds::alignment(entry, options).map(Some),
+        _ => Ok(None),
     }
 }
 

@@ -4,15 +4,19 @@
 
 pub mod bfc;
 pub mod bfc_config;
+pub mod bounds;
 pub mod cuda_async;
 pub mod cuda_malloc;
 pub mod managed;
+pub mod options;
 pub mod pytorch;
 pub mod pytorch_config;
+pub mod registry;
 mod sorted_map;
 pub mod spec;
 
-pub use spec::{build, PolicyContext};
+pub use registry::{build, PolicyEntry, PolicyKind, POLICY_NAMES, REGISTRY};
+pub use spec::PolicyContext;
 
 use crate::engine::device::DeviceMemory;
 use crate::engine::stats::Stats;

@@ -6,7 +6,9 @@
 
 use super::sorted_map::SortedMap;
 
+use super::options::Syntax;
 use super::pytorch_config::{PytorchConfig, MB};
+use super::registry::{PolicyEntry, PolicyKind};
 use super::spec::PolicyContext;
 use super::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::engine::device::DeviceMemory;
@@ -25,6 +27,20 @@ pub const K_MIN_LARGE_ALLOC: u64 = 10 * MB;
 pub const K_ROUND_LARGE: u64 = 2 * MB;
 
 const NONE: u32 = u32::MAX;
+
+/// The registry's entry: `pytorch[:PYTORCH_CUDA_ALLOC_CONF]`, `pytorch:recorded`.
+pub static ENTRY: PolicyEntry = PolicyEntry {
+    name: "pytorch",
+    summary: "PyTorch's CUDA caching allocator under any PYTORCH_CUDA_ALLOC_CONF; pytorch:recorded = the trace's own settings",
+    models: "`DeviceCachingAllocator`, c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.11)",
+    syntax: Syntax::Conf,
+    options: super::pytorch_config::OPTIONS,
+    kind: PolicyKind::Online(from_spec),
+    framework: Some("pytorch"),
+    env: Some("PYTORCH_CUDA_ALLOC_CONF"),
+    bool_words: ("True", "False"),
+    recorded: true,
+};
 
 pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
     let (config, name) = if options == "recorded" {
