@@ -5,11 +5,12 @@
 >>> trace.events            # Polars DataFrame, one row per event
 >>> result = allocreplay.replay(trace, ["pytorch", "pytorch:expandable_segments:True"])
 >>> result.summary          # one row per policy and device
+>>> allocreplay.policies()  # every policy and its options (name, type, default, help)
 """
 
 from allocreplay import errors
 from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc, xla_runtime
-from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, __version__
+from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, PolicyInfo, PolicyOption, __version__, policies
 from allocreplay.capture import Capture, capture
 from allocreplay.errors import (
     AllocReplayError,
@@ -31,6 +32,8 @@ __all__ = [
     "Capture",
     "CaptureError",
     "InvalidArgumentError",
+    "PolicyInfo",
+    "PolicyOption",
     "PolicySpecError",
     "ReplayError",
     "ReplayResult",
@@ -47,6 +50,7 @@ __all__ = [
     "offline",
     "parse_capacity",
     "plan",
+    "policies",
     "replay",
     "validate",
     "validate_bfc",

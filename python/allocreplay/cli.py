@@ -1,4 +1,4 @@
-"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``, ``validate``, ``plan``, ``capture``.
+"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``, ``validate``, ``plan``, ``policies``, ``capture``.
 
 Every error — a bad file, a bad option — is one line on stderr, ``error: <file>: <what is
 wrong>``, and exit code 2; never a traceback.
@@ -273,6 +273,33 @@ def replay_cmd(
         for row, r in zip(rows, summary.iter_rows(named=True)):
             row.insert(-1, f"{r['pages_migrated']:,} pages, {_gib(r['bytes_migrated'])}")
     click.echo(_table(rows, header))
+
+
+@cli.command("policies")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy with its options.")
+def policies_cmd(as_json: bool) -> None:
+    """The policies --policy accepts and their options: type, default, values tune searches."""
+    from allocreplay._registry import policy_dict
+
+    infos = _core.policies()
+    if as_json:
+        click.echo(json.dumps([policy_dict(p) for p in infos]))
+        return
+    for i, p in enumerate(infos):
+        if i:
+            click.echo("")
+        click.echo(f"{p.name}: {p.summary}")
+        click.echo(f"  models {p.models}")
+        if not p.options:
+            continue
+        rows = [[o.name, o.type, ("(" + o.default + ")") if o.unset else o.default, ", ".join(o.search) or "-", o.help] for o in p.options]
+        # Every column left-aligned (help text reads badly right-aligned).
+        header = ["option", "type", "default", "searched", "help"]
+        widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+        lines.insert(1, "  ".join("-" * w for w in widths[:-1]) + "  ----")
+        for line in lines:
+            click.echo("  " + line)
 
 
 @cli.command("validate")

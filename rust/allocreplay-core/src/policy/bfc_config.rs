@@ -109,7 +109,7 @@ const GC_HELP: &str = "on an allocation failure, free every free region and retr
 const FRAGMENTATION: OptionSpec = OptionSpec::new(
     "fragmentation_fraction",
     OptionType::Fraction,
-    OptDefault::Unset("0 (chunks are split when 128 MiB would be wasted)"),
+    OptDefault::Unset("none: split when 128 MiB or more would be wasted"),
     "split a chunk when more than this fraction of it would be wasted",
 )
 .aliases(&["internal_fragmentation_fraction"]);

@@ -59,7 +59,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::new(
         "roundup_power2_divisions",
         OptionType::List,
-        OptDefault::Unset("no rounding (0)"),
+        OptDefault::Unset("no rounding"),
         "round requests up to 1/N steps of their power-of-two interval; N, or [MiB:N,...,>:N] per interval",
     )
     .search(&["2", "4", "8", "16", "[256:1,512:2,1024:4,>:8]", "[64:8,256:4,>:1]"]),
@@ -73,7 +73,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec::new(
         "max_non_split_rounding_mb",
         OptionType::Integer,
-        OptDefault::Unset("20 (kLargeBuffer)"),
+        OptDefault::Unset("kLargeBuffer, 20 MiB"),
         "an oversize cached block serves a request up to this many MiB smaller (> 20)",
     )
     .search(&["64", "256"]),

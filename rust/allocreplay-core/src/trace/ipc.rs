@@ -3,6 +3,7 @@
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt8Type;
 use arrow_array::{Array, RecordBatch};
+use arrow_schema::SchemaRef;
 use arrow_ipc::reader::FileReader;
 use arrow_ipc::writer::FileWriter;
 use std::fs::File;
@@ -26,6 +27,16 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
     let reader =
         FileReader::try_new(BufReader::new(file), None).map_err(|e| Error::format(path, format!("not a readable Arrow IPC file ({e})")))?;
     let schema = reader.schema();
+    let batches: Vec<RecordBatch> =
+        reader.collect::<std::result::Result<_, _>>().map_err(|e| Error::format(path, format!("corrupt Arrow record batch: {e}")))?;
+    trace_from_batches(schema, batches, path)
+}
+
+/// A trace from Arrow record batches that carry the trace schema and its metadata (an `.arrow`
+/// file's, or a table handed over through the Arrow C stream interface), checked as a file is;
+/// `origin` names the source in errors.
+pub fn trace_from_batches(schema: SchemaRef, batches: Vec<RecordBatch>, origin: &Path) -> Result<Trace> {
+    let path = origin;
     let md = schema.metadata();
     let version = md.get(META_FORMAT_VERSION).ok_or_else(|| {
         Error::schema(path, "Arrow file is not an allocreplay trace (no allocreplay.format_version in its schema metadata); import the raw capture with `allocreplay import`")
@@ -54,8 +65,6 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
         Some(s) => serde_json::from_str(s).map_err(|e| Error::schema(path, format!("bad allocreplay.frames: {e}")))?,
         None => FrameTable::default(),
     };
-    let batches: Vec<RecordBatch> =
-        reader.collect::<std::result::Result<_, _>>().map_err(|e| Error::format(path, format!("corrupt Arrow record batch: {e}")))?;
     let batch = if batches.len() == 1 {
         batches.into_iter().next().unwrap()
     } else {

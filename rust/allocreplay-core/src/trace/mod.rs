@@ -8,11 +8,13 @@ pub mod info;
 mod ipc;
 mod metadata;
 pub mod schema;
+mod tile;
 
 pub use action::Action;
 pub use builder::{EventRow, TraceBuilder};
 pub use frames::{FrameInterner, FrameTable};
-pub use ipc::{read_arrow, write_arrow};
+pub use ipc::{read_arrow, trace_from_batches, write_arrow};
+pub use tile::tile;
 pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION};
 
 use arrow_array::cast::AsArray;
