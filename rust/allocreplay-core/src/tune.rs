@@ -72,7 +72,8 @@ mod tests {
         let peak = b.column_by_name("peak_reserved_bytes").unwrap().as_primitive::<UInt64Type>();
         // The same numbers as replaying one spec alone (threads and batching change nothing).
         for (i, spec) in specs.iter().enumerate() {
-            let req = ReplayRequest { policies: vec![spec.clone()], capacity: Some(Capacity::Bytes(16 << 30)), threads: 1, ..Default::default() };
+            let req =
+                ReplayRequest { policies: vec![spec.clone()], capacity: Some(Capacity::Bytes(16 << 30)), threads: 1, ..Default::default() };
             let alone = replay(&t, &req).unwrap();
             assert_eq!(peak.value(i), alone[0].replay.stats.peak_reserved, "{spec}");
         }

@@ -23,6 +23,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 mod registry;
+mod tune;
 
 create_exception!(allocreplay.errors, AllocReplayError, PyException, "Base class of every error allocreplay raises.");
 create_exception!(allocreplay.errors, TraceIOError, AllocReplayError, "A file could not be opened, read or written.");
@@ -298,6 +299,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan_json, m)?)?;
     m.add_function(wrap_pyfunction!(offline_json, m)?)?;
     registry::register(m)?;
+    tune::register(m)?;
     m.add("POLICY_NAMES", allocreplay_core::policy::spec::POLICY_NAMES.to_vec())?;
     m.add("FORMAT_VERSION", allocreplay_core::trace::FORMAT_VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -3,9 +3,9 @@
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt8Type;
 use arrow_array::{Array, RecordBatch};
-use arrow_schema::SchemaRef;
 use arrow_ipc::reader::FileReader;
 use arrow_ipc::writer::FileWriter;
+use arrow_schema::SchemaRef;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::Path;

@@ -14,8 +14,8 @@ pub use action::Action;
 pub use builder::{EventRow, TraceBuilder};
 pub use frames::{FrameInterner, FrameTable};
 pub use ipc::{read_arrow, trace_from_batches, write_arrow};
-pub use tile::tile;
 pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION};
+pub use tile::tile;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type, UInt8Type};

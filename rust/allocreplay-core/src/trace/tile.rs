@@ -34,11 +34,15 @@ pub fn tile(trace: &Trace, n: usize) -> Result<Trace> {
         _ => 0,
     };
     let stack = trace.column("stack_id").and_then(|s| s.as_primitive_opt::<UInt32Type>());
-    let total = events.checked_mul(n).filter(|t| (*t as u64) < u64::MAX / 2).ok_or_else(|| Error::InvalidArgument(format!("tile: {n} x {events} events is too many")))?;
+    let total = events
+        .checked_mul(n)
+        .filter(|t| (*t as u64) < u64::MAX / 2)
+        .ok_or_else(|| Error::InvalidArgument(format!("tile: {n} x {events} events is too many")))?;
     let mut b = TraceBuilder::with_capacity(total);
     for k in 0..n as u64 {
         for i in 0..events {
-            let action = Action::from_code(c.action[i]).ok_or_else(|| Error::Replay(format!("event {i}: unknown action code {}", c.action[i])))?;
+            let action =
+                Action::from_code(c.action[i]).ok_or_else(|| Error::Replay(format!("event {i}: unknown action code {}", c.action[i])))?;
             let row = EventRow {
                 action,
                 alloc_id: c.alloc_id_valid(i).then(|| c.alloc_id[i] + k * id_step),
@@ -66,7 +70,8 @@ mod tests {
     fn small() -> Trace {
         // alloc 0 (1 MiB at 0x1000_0000), alloc 1, free 0, (alloc 1 stays live).
         let mut b = TraceBuilder::default();
-        let ev = |action, id, size, addr, t| EventRow { alloc_id: Some(id), addr: Some(addr), time_ns: Some(t), ..EventRow::new(action, size) };
+        let ev =
+            |action, id, size, addr, t| EventRow { alloc_id: Some(id), addr: Some(addr), time_ns: Some(t), ..EventRow::new(action, size) };
         b.push(&ev(Action::Alloc, 0, 1 << 20, 0x1000_0000, 10));
         b.push(&ev(Action::Alloc, 1, 3 << 20, 0x1010_0000, 20));
         b.push(&ev(Action::FreeCompleted, 0, 1 << 20, 0x1000_0000, 30));
