@@ -5,12 +5,14 @@
 >>> trace.events            # Polars DataFrame, one row per event
 >>> result = allocreplay.replay(trace, ["pytorch", "pytorch:expandable_segments:True"])
 >>> result.summary          # one row per policy and device
+>>> allocreplay.tune(trace, "16GiB")  # settings that fit, best first (Polars DataFrame)
 >>> allocreplay.policies()  # every policy and its options (name, type, default, help)
 """
 
 from allocreplay import errors
 from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc, xla_runtime
 from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, PolicyInfo, PolicyOption, __version__, policies
+from allocreplay._tune import tune
 from allocreplay.capture import Capture, capture
 from allocreplay.errors import (
     AllocReplayError,
@@ -52,6 +54,7 @@ __all__ = [
     "plan",
     "policies",
     "replay",
+    "tune",
     "validate",
     "validate_bfc",
     "xla_runtime",

@@ -34,6 +34,7 @@ def policy_dict(p: _core.PolicyInfo) -> dict[str, Any]:
         "env": p.env,
         "recorded": p.recorded,
         "options": [option_dict(o) for o in p.options],
+        "search_excludes": [list(x) for x in p.search_excludes],
     }
 
 
@@ -78,6 +79,8 @@ def docs_markdown() -> str:
             notes.append(f"the options are `{p.env}`")
         if p.recorded:
             notes.append(f"`{p.name}:recorded` replays the trace's own settings")
+        for a, b in p.search_excludes:
+            notes.append(f"`tune` does not set `{a}` and `{b}` together")
         out += ["", "; ".join(notes) + "."]
         if not p.options:
             out += ["", "No options."]

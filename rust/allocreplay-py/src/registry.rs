@@ -54,6 +54,8 @@ struct PyPolicyInfo {
     recorded: bool,
     /// `PolicyOption`s, in declaration order.
     options: Py<PyTuple>,
+    /// Pairs of option names a search never sets together.
+    search_excludes: Vec<(String, String)>,
 }
 
 #[pymethods]
@@ -96,6 +98,7 @@ fn info(py: Python<'_>, e: &PolicyEntry) -> PyResult<PyPolicyInfo> {
         env: e.env.map(Into::into),
         recorded: e.recorded,
         options: PyTuple::new(py, options)?.unbind(),
+        search_excludes: e.search_excludes.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
     })
 }
 

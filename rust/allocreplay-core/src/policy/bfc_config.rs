@@ -201,6 +201,7 @@ pub static BFC: PolicyEntry = PolicyEntry {
     env: None,
     bool_words: ("true", "false"),
     recorded: true,
+    search_excludes: &[],
 };
 
 /// `tf[:OPTIONS]`.
@@ -215,6 +216,7 @@ pub static TF: PolicyEntry = PolicyEntry {
     env: None,
     bool_words: ("true", "false"),
     recorded: false,
+    search_excludes: &[],
 };
 
 /// `jax[:OPTIONS]`.
@@ -229,6 +231,7 @@ pub static JAX: PolicyEntry = PolicyEntry {
     env: None,
     bool_words: ("true", "false"),
     recorded: false,
+    search_excludes: &[],
 };
 
 /// `bfc[:OPTIONS]`.

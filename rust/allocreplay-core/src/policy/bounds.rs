@@ -24,6 +24,7 @@ pub static IDEAL: PolicyEntry = PolicyEntry {
     env: None,
     bool_words: ("true", "false"),
     recorded: false,
+    search_excludes: &[],
 };
 
 pub static OFFLINE: PolicyEntry = PolicyEntry {
@@ -37,6 +38,7 @@ pub static OFFLINE: PolicyEntry = PolicyEntry {
     env: None,
     bool_words: ("true", "false"),
     recorded: false,
+    search_excludes: &[],
 };
 
 /// The alignment of an offline bound's spec options (0: the source's default).

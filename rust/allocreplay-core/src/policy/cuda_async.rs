@@ -99,6 +99,7 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     env: None,
     bool_words: ("true", "false"),
     recorded: false,
+    search_excludes: &[],
 };
 
 pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {

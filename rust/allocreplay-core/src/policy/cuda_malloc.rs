@@ -43,6 +43,7 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     env: None,
     bool_words: ("true", "false"),
     recorded: false,
+    search_excludes: &[],
 };
 
 pub fn from_spec(options: &str, _ctx: &PolicyContext) -> Result<Box<dyn Policy>> {

@@ -59,6 +59,8 @@ pub struct PolicyEntry {
     pub bool_words: (&'static str, &'static str),
     /// Accepts `NAME:recorded` (the settings the trace recorded).
     pub recorded: bool,
+    /// Pairs of options a search never sets together.
+    pub search_excludes: &'static [(&'static str, &'static str)],
 }
 
 impl PolicyEntry {
@@ -300,6 +302,17 @@ mod tests {
             }
         }
         assert!(bools >= 8, "{bools}");
+    }
+
+    #[test]
+    fn search_excludes_name_searched_options() {
+        for e in REGISTRY {
+            for (a, b) in e.search_excludes {
+                for name in [a, b] {
+                    assert!(e.option(name).is_some_and(|o| !o.search.is_empty()), "{}: {name}", e.name);
+                }
+            }
+        }
     }
 
     #[test]
