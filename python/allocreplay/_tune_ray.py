@@ -21,12 +21,13 @@ from allocreplay.errors import InvalidArgumentError
 
 def _replay_chunk(offset: int, specs: list[str], capacity: str | None, *tables: Any) -> Any:
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from allocreplay import _core
 
     traces = [_core.trace_from_arrow(t) for t in tables]
     rows = pa.table(_core.sweep(traces, specs, capacity, 1))
-    return rows.set_column(0, "setting", pa.compute.add(rows.column("setting"), pa.scalar(offset, pa.uint32())))
+    return rows.set_column(0, "setting", pc.add(rows.column("setting"), pa.scalar(offset, pa.uint32())))
 
 
 def sweep_ray(
