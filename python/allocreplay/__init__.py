@@ -5,11 +5,14 @@
 >>> trace.events            # Polars DataFrame, one row per event
 >>> result = allocreplay.replay(trace, ["pytorch", "pytorch:expandable_segments:True"])
 >>> result.summary          # one row per policy and device
+>>> allocreplay.tune(trace, "16GiB")  # settings that fit, best first (Polars DataFrame)
+>>> allocreplay.policies()  # every policy and its options (name, type, default, help)
 """
 
 from allocreplay import errors
 from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc, validate_reports, xla_runtime
-from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, BfcValidationReport, TraceInfo, ValidationReport, __version__
+from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, BfcValidationReport, PolicyInfo, PolicyOption, TraceInfo, ValidationReport, __version__, policies
+from allocreplay._tune import tune
 from allocreplay.capture import Capture, capture
 from allocreplay.errors import (
     AllocReplayError,
@@ -33,6 +36,8 @@ __all__ = [
     "Capture",
     "CaptureError",
     "InvalidArgumentError",
+    "PolicyInfo",
+    "PolicyOption",
     "PolicySpecError",
     "ReplayError",
     "ReplayResult",
@@ -52,7 +57,9 @@ __all__ = [
     "offline",
     "parse_capacity",
     "plan",
+    "policies",
     "replay",
+    "tune",
     "validate",
     "validate_bfc",
     "validate_reports",

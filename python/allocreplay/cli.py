@@ -1,4 +1,4 @@
-"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``, ``validate``, ``plan``, ``capture``.
+"""The ``allocreplay`` command line: ``import``, ``info``, ``replay``, ``validate``, ``plan``, ``policies``, ``tune``, ``synth``, ``capture``.
 
 Every error — a bad file, a bad option — is one line on stderr, ``error: <file>: <what is
 wrong>``, and exit code 2; never a traceback. Files a command writes (``-o``, ``--plot``,
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
@@ -413,6 +414,208 @@ _CAPACITY_SOURCES = {
     "device_total": "the device's total memory",
     "unlimited": "no device memory recorded: unlimited",
 }
+
+
+@cli.command("policies")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy with its options.")
+def policies_cmd(as_json: bool) -> None:
+    """The policies --policy accepts and their options: type, default, values tune searches."""
+    from allocreplay._registry import policy_dict
+
+    infos = _core.policies()
+    if as_json:
+        click.echo(json.dumps([policy_dict(p) for p in infos]))
+        return
+    for i, p in enumerate(infos):
+        if i:
+            click.echo("")
+        click.echo(f"{p.name}: {p.summary}")
+        click.echo(f"  models {p.models}")
+        if not p.options:
+            continue
+        rows = [[o.name, o.type, ("(" + o.default + ")") if o.unset else o.default, ", ".join(o.search) or "-", o.help] for o in p.options]
+        # Every column left-aligned (help text reads badly right-aligned).
+        header = ["option", "type", "default", "searched", "help"]
+        widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+        lines.insert(1, "  ".join("-" * w for w in widths[:-1]) + "  ----")
+        for line in lines:
+            click.echo("  " + line)
+
+
+class _Bar:
+    """A progress bar on stderr for long sweeps, only when stderr is a terminal."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.on = sys.stderr.isatty()
+        self.start = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.on:
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} settings, {time.monotonic() - self.start:5.1f} s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.on:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+@cli.command("tune")
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
+@click.option(
+    "-c",
+    "--capacity",
+    metavar="SIZE",
+    help="Device memory to fit in: bytes, a size (16GiB) or a fraction of the trace's device memory. Default: the recorded device's total memory.",
+)
+@click.option(
+    "--framework", type=click.Choice(["pytorch", "tf", "jax"]), help="Whose settings to search; default: the framework that recorded the first trace."
+)
+@click.option(
+    "--objective",
+    type=click.Choice(["peak_reserved", "device_calls", "retries"]),
+    default="peak_reserved",
+    show_default=True,
+    help="What to minimise among the settings that fit.",
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    metavar="N",
+    help="At most N settings: the whole grid if it is smaller, else a seeded sample.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random sample.")
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: all cores here; ray: a Ray cluster (pip install 'allocreplay[ray]').",
+)
+@click.option("--address", metavar="ADDR", help="With --backend ray: the cluster (default: a running one, else a local one).")
+@click.option("--threads", type=click.IntRange(min=0), default=0, help="Local backend: worker threads (0: one per core).")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows of the table to print.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of every setting, best first.")
+@click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
+def tune_cmd(
+    traces: tuple[str, ...],
+    capacity: str | None,
+    framework: str | None,
+    objective: str,
+    budget: int,
+    seed: int,
+    backend: str,
+    address: str | None,
+    threads: int,
+    top: int,
+    as_json: bool,
+    meta: str | None,
+) -> None:
+    """Find the allocator settings that make TRACE... fit in --capacity (on every trace), with
+    the least memory and fewest device calls, and print them as the text to paste
+    (PYTORCH_CUDA_ALLOC_CONF=..., TF_FORCE_GPU_ALLOW_GROWTH=..., XLA_PYTHON_CLIENT_...)."""
+    from allocreplay._tune import framework_of, grid_size, search_space, tune
+
+    if capacity is not None:
+        _core.parse_capacity(capacity)
+    loaded = [_load(t, meta) for t in traces]
+    fw = framework or framework_of(loaded[0], traces[0])
+    specs = search_space(fw, budget, seed)
+    bar = _Bar("tune")
+    try:
+        ranked = tune(loaded, capacity, objective=objective, backend=backend, address=address, threads=threads, specs=specs, progress=bar)
+    finally:
+        bar.close()
+    if as_json:
+        keys = ["policy", "env", "fits", "peak_reserved_bytes", "margin_bytes", "num_alloc_retries", "num_ooms", "device_calls", "pareto", "is_default", "rank"]
+        click.echo(json.dumps(ranked.select(keys).to_dicts()))
+        return
+    grid = grid_size(fw)
+    how = "the whole grid" if len(specs) >= grid else f"{len(specs)} of a grid of {grid:,} (seed {seed})"
+    events = sum(len(t) for t in loaded)
+    cap = f"capacity {_gib(_cap_bytes(loaded[0], capacity))}" if _cap_bytes(loaded[0], capacity) else "no capacity"
+    click.echo(f"{', '.join(traces)}: {events:,} events; {cap}; {fw} settings: {how}; objective {objective}")
+    d = ranked.filter(ranked["is_default"])
+    if len(d):
+        r = d.row(0, named=True)
+        click.echo(
+            f"defaults: peak reserved {_gib(r['peak_reserved_bytes'])}, margin {_margin(r['margin_bytes'])}, retries {r['num_alloc_retries']:,}, "
+            f"OOMs {r['num_ooms']:,}, device calls {r['device_calls']:,}{'' if r['fits'] else ' - does NOT fit'}"
+        )
+    header = ["#", "env (paste this)", "fits", "peak reserved", "margin", "vs defaults", "retries", "OOMs", "device calls", "pareto"]
+    rows = [
+        [
+            str(r["rank"]),
+            r["env"] or "(defaults)",
+            "yes" if r["fits"] else "no",
+            _gib(r["peak_reserved_bytes"]),
+            _margin(r["margin_bytes"]),
+            _delta(r["peak_vs_default_bytes"]),
+            f"{r['num_alloc_retries']:,}",
+            f"{r['num_ooms']:,}",
+            f"{r['device_calls']:,}",
+            "*" if r["pareto"] else "",
+        ]
+        for r in ranked.head(top).iter_rows(named=True)
+    ]
+    widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
+
+    def fmt(r: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i in (1, 9) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    click.echo("\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)]))
+    best = ranked.row(0, named=True)
+    if best["fits"]:
+        click.echo(f"best: {best['env'] or '(the defaults)'}   # replay --policy '{best['policy']}'")
+    else:
+        click.echo("no setting fits: every one runs out of memory on at least one trace")
+
+
+def _cap_bytes(trace: Trace, capacity: str | None) -> int | None:
+    devices = trace.metadata.get("devices") or [{}]
+    total = devices[0].get("total_memory")
+    if capacity is None:
+        return int(total) if total else None
+    c = _core.parse_capacity(capacity)
+    if isinstance(c, float):
+        return int(total * c) if total else None
+    return c
+
+
+def _margin(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return _gib(n) if n >= 0 else "-" + _gib(-n)
+
+
+def _delta(n: int | None) -> str:
+    if n is None:
+        return "-"
+    if n == 0:
+        return "0"
+    return ("+" if n > 0 else "-") + _gib(abs(n))
+
+
+@cli.command("synth")
+@click.argument("trace")
+@click.option(
+    "--tile", "n", type=click.IntRange(min=1), required=True, metavar="N", help="Repeat the trace N times (fresh allocation ids, shifted addresses and times)."
+)
+@click.option("-o", "--output", "out", required=True, metavar="OUT.arrow", help="Where to write the long trace.")
+@click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
+def synth_cmd(trace: str, n: int, out: str, meta: str | None) -> None:
+    """A long trace made from a real one, for benchmarks: TRACE repeated N times."""
+    t = _load(trace, meta)
+    tiled = Trace(_core.tile(t._inner, n))
+    tiled.save(out)
+    click.echo(f"{out}: {len(tiled):,} events ({n} x {len(t):,} from {trace})", err=True)
 
 
 @cli.command("validate")

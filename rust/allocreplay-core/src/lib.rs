@@ -13,6 +13,7 @@ pub mod offline;
 pub mod policy;
 pub mod replay;
 pub mod trace;
+pub mod tune;
 pub mod units;
 pub mod validate;
 

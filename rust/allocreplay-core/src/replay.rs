@@ -238,7 +238,7 @@ fn builds_with_known_memory(
 }
 
 /// The row of a policy that could not run on `device`: its reason, no numbers.
-fn failed_run(spec: &str, device: i32, capacity: Option<u64>, error: String) -> Run {
+pub(crate) fn failed_run(spec: &str, device: i32, capacity: Option<u64>, error: String) -> Run {
     Run {
         spec: spec.to_string(),
         capacity,
@@ -259,24 +259,14 @@ fn failed_run(spec: &str, device: i32, capacity: Option<u64>, error: String) -> 
     }
 }
 
-/// `ideal` / `offline` (optionally `:alignment=N`): the offline bounds of
-/// [`crate::offline::plan_trace`], which see every lifetime first and so are not online
-/// policies. `None` for any other spec.
+/// `ideal` / `offline` (optionally `:alignment=N`): the registry's offline bounds, computed
+/// by [`crate::offline::plan_trace`] (they see every lifetime first, so are not online
+/// policies). `None` for any other spec (the factory builds, or rejects, those).
 fn offline_alignment(spec: &str) -> Result<Option<u64>> {
     let (name, options) = policy::spec::split_spec(spec);
-    if name != "ideal" && name != "offline" {
-        return Ok(None);
-    }
-    if options.is_empty() {
-        return Ok(Some(0));
-    }
-    match options.split_once('=') {
-        Some(("alignment", v)) => v
-            .trim()
-            .parse::<u64>()
-            .map(Some)
-            .map_err(|_| Error::PolicySpec(format!("{spec}: alignment expects a number of bytes, got '{v}'"))),
-        _ => Err(Error::PolicySpec(format!("{spec}: unknown option '{options}'; valid options: alignment=BYTES"))),
+    match policy::REGISTRY.iter().find(|e| e.name == name) {
+        Some(entry) if matches!(entry.kind, policy::PolicyKind::OfflineBound) => policy::bounds::alignment(entry, options).map(Some),
+        _ => Ok(None),
     }
 }
 

@@ -9,8 +9,10 @@ mod convert;
 mod errors;
 mod info;
 mod plan;
+mod registry;
 mod replay;
 mod trace;
+mod tune;
 mod typed;
 mod units;
 mod validate;
@@ -38,5 +40,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FORMAT_VERSION", allocreplay_core::trace::FORMAT_VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     analysis::register(m)?;
+    registry::register(m)?;
+    tune::register(m)?;
     Ok(())
 }

@@ -19,9 +19,11 @@
 //!   up to that limit; `allocator=platform` (XLA_PYTHON_CLIENT_ALLOCATOR=platform) is no BFC
 //!   at all but a cudaMalloc / cudaFree per buffer.
 
+use super::options::{self, OptDefault, OptionSpec, OptionType, Syntax};
+use super::registry::{PolicyEntry, PolicyKind};
 use super::spec::PolicyContext;
+use super::Policy;
 use crate::error::{Error, Result};
-use crate::units::{parse_capacity, Capacity};
 
 pub const MIB: u64 = 1 << 20;
 
@@ -61,46 +63,15 @@ fn spec_err(msg: String) -> Error {
     Error::PolicySpec(msg)
 }
 
-fn parse_bool(spec: &str, key: &str, v: &str) -> Result<bool> {
-    match v.trim() {
-        "true" | "True" | "1" => Ok(true),
-        "false" | "False" | "0" => Ok(false),
-        _ => Err(spec_err(format!("{spec}: {key} expects true or false, got '{v}'"))),
-    }
-}
-
-fn parse_fraction(spec: &str, key: &str, v: &str, max: f64) -> Result<f64> {
-    let f: f64 = v.trim().parse().map_err(|_| spec_err(format!("{spec}: {key} expects a number, got '{v}'")))?;
-    if !(f > 0.0 && f <= max) {
-        return Err(spec_err(format!("{spec}: {key} must be in (0, {max}], got {v}")));
-    }
-    Ok(f)
-}
-
-/// `key=value` or `key:value` items, comma separated.
-fn items<'a>(spec: &str, options: &'a str) -> Result<Vec<(&'a str, &'a str)>> {
-    options
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|item| match item.find(['=', ':']) {
-            Some(i) => Ok((item[..i].trim(), item[i + 1..].trim())),
-            None => Err(spec_err(format!("{spec}: option '{item}' has no value (expected key=value, e.g. allow_growth=true)"))),
-        })
-        .collect()
-}
-
 /// The device memory the presets take fractions of: `--capacity`, else the trace's total.
 fn device_memory(ctx: &PolicyContext) -> Option<u64> {
     ctx.capacity.or_else(|| ctx.total_memory())
 }
 
-fn memory_limit_option(spec: &str, v: &str, ctx: &PolicyContext) -> Result<u64> {
-    match parse_capacity(v).map_err(|e| spec_err(format!("{spec}: memory_limit: {e}")))? {
-        Capacity::Bytes(b) => Ok(b),
-        Capacity::Fraction(f) => device_memory(ctx)
-            .map(|d| (d as f64 * f) as u64)
-            .ok_or_else(|| spec_err(format!("{spec}: memory_limit={v} is a fraction of device memory, which the trace does not record; give bytes (e.g. 80GiB) or --capacity"))),
+fn memory_limit_option(policy: &str, v: &str, ctx: &PolicyContext) -> Result<u64> {
+    match options::parse_size(policy, "memory_limit", v, device_memory(ctx))? {
+        0 => Err(spec_err(format!("{policy}: memory_limit must be positive, got '{v}'"))),
+        b => Ok(b),
     }
 }
 
@@ -133,14 +104,135 @@ pub fn jax_memory_limit(device_memory: u64, fraction: f64) -> u64 {
     raw.div_ceil(2 * MIB) * (2 * MIB)
 }
 
-const BFC_OPTIONS: &[&str] = &["allow_growth", "memory_limit", "garbage_collection", "fragmentation_fraction"];
-const TF_OPTIONS: &[&str] =
-    &["allow_growth", "memory_limit", "garbage_collection", "fragmentation_fraction", "per_process_gpu_memory_fraction"];
-const JAX_OPTIONS: &[&str] = &["preallocate", "mem_fraction", "allocator", "memory_limit"];
+const ALLOW_GROWTH_HELP: &str = "grow the pool region by region instead of reserving memory_limit up front";
+const GC_HELP: &str = "on an allocation failure, free every free region and retry";
+const FRAGMENTATION: OptionSpec = OptionSpec::new(
+    "fragmentation_fraction",
+    OptionType::Fraction,
+    OptDefault::Unset("none: split when 128 MiB or more would be wasted"),
+    "split a chunk when more than this fraction of it would be wasted",
+)
+.aliases(&["internal_fragmentation_fraction"]);
+const MEMORY_LIMIT_SEARCH: &[&str] = &["0.8", "0.9", "0.95"];
 
-fn unknown(spec: &str, key: &str, valid: &[&str]) -> Error {
-    spec_err(format!("{spec}: unknown option '{key}'; valid options: {}", valid.join(", ")))
+const BFC_OPTIONS: &[OptionSpec] = &[
+    OptionSpec::new("allow_growth", OptionType::Bool, OptDefault::Value("true"), ALLOW_GROWTH_HELP).search(&["false"]),
+    OptionSpec::new("garbage_collection", OptionType::Bool, OptDefault::Value("false"), GC_HELP).search(&["true"]),
+    FRAGMENTATION,
+    OptionSpec::new(
+        "memory_limit",
+        OptionType::Bytes,
+        OptDefault::Unset("--capacity, else the recorded limit, else the device's memory"),
+        "the allocator's limit: bytes, a size (80GiB) or a fraction of device memory (0.9)",
+    )
+    .search(MEMORY_LIMIT_SEARCH),
+];
+const TF_OPTIONS: &[OptionSpec] = &[
+    OptionSpec::new("allow_growth", OptionType::Bool, OptDefault::Value("false"), ALLOW_GROWTH_HELP)
+        .search(&["true"])
+        .env("TF_FORCE_GPU_ALLOW_GROWTH"),
+    OptionSpec::new("garbage_collection", OptionType::Bool, OptDefault::Value("true"), GC_HELP)
+        .search(&["false"])
+        .env("TF_ENABLE_GPU_GARBAGE_COLLECTION"),
+    FRAGMENTATION,
+    OptionSpec::new(
+        "per_process_gpu_memory_fraction",
+        OptionType::Fraction,
+        OptDefault::Unset("device memory minus MinSystemMemory"),
+        "the limit as a fraction of device memory (GPUOptions.per_process_gpu_memory_fraction)",
+    ),
+    OptionSpec::new(
+        "memory_limit",
+        OptionType::Bytes,
+        OptDefault::Unset("device memory minus MinSystemMemory (225 MiB to 1800 MiB)"),
+        "the limit (tf.config.LogicalDeviceConfiguration(memory_limit)): bytes, a size or a fraction of device memory",
+    )
+    .search(MEMORY_LIMIT_SEARCH),
+];
+const JAX_OPTIONS: &[OptionSpec] = &[
+    OptionSpec::new("preallocate", OptionType::Bool, OptDefault::Value("true"), "reserve mem_fraction of device memory at start-up")
+        .search(&["false"])
+        .env("XLA_PYTHON_CLIENT_PREALLOCATE"),
+    OptionSpec::new(
+        "mem_fraction",
+        OptionType::Fraction,
+        OptDefault::Value("0.75"),
+        "the BFC limit as a fraction of device memory (above 1: unified memory)",
+    )
+    .search(&["0.5", "0.9", "0.95"])
+    .env("XLA_PYTHON_CLIENT_MEM_FRACTION"),
+    OptionSpec::new(
+        "allocator",
+        OptionType::Choice(&["default", "bfc", "platform", "cuda_async"]),
+        OptDefault::Value("default"),
+        "default/bfc: the BFC allocator; platform: a cudaMalloc / cudaFree per buffer; cuda_async: use the policy cuda-async",
+    )
+    .search(&["platform"])
+    .env("XLA_PYTHON_CLIENT_ALLOCATOR"),
+    OptionSpec::new(
+        "memory_limit",
+        OptionType::Bytes,
+        OptDefault::Unset("mem_fraction x device memory"),
+        "the BFC limit in bytes (replaces mem_fraction)",
+    ),
+];
+
+fn build_bfc(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
+    super::bfc::from_spec(parse_bfc(options, ctx)?, ctx)
 }
+
+fn build_tf(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
+    super::bfc::from_spec(parse_tf(options, ctx)?, ctx)
+}
+
+fn build_jax(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
+    super::bfc::from_spec(parse_jax(options, ctx)?, ctx)
+}
+
+/// `bfc[:OPTIONS]`, `bfc:recorded`.
+pub static BFC: PolicyEntry = PolicyEntry {
+    name: "bfc",
+    summary: "the BFC allocator with tsl::BFCAllocator::Options' defaults; bfc:recorded = a BFC capture's own settings",
+    models: "`tsl::BFCAllocator`, xla/tsl/framework/bfc_allocator.cc",
+    syntax: Syntax::KeyValue,
+    options: BFC_OPTIONS,
+    kind: PolicyKind::Online(build_bfc),
+    framework: None,
+    env: None,
+    bool_words: ("true", "false"),
+    recorded: true,
+    search_excludes: &[],
+};
+
+/// `tf[:OPTIONS]`.
+pub static TF: PolicyEntry = PolicyEntry {
+    name: "tf",
+    summary: "TensorFlow's GPU allocator: BFC preallocating device memory minus a reserve, garbage collection on",
+    models: "`GPUBFCAllocator` as tensorflow/core/common_runtime/gpu/gpu_device.cc builds it",
+    syntax: Syntax::KeyValue,
+    options: TF_OPTIONS,
+    kind: PolicyKind::Online(build_tf),
+    framework: Some("tf"),
+    env: None,
+    bool_words: ("true", "false"),
+    recorded: false,
+    search_excludes: &[],
+};
+
+/// `jax[:OPTIONS]`.
+pub static JAX: PolicyEntry = PolicyEntry {
+    name: "jax",
+    summary: "JAX / XLA's GPU client: BFC preallocating 75% of device memory, or the platform allocator",
+    models: "`xla::CreateBFCAllocator`, xla/pjrt/gpu/gpu_helpers.cc, with JAX's XLA_PYTHON_CLIENT_* defaults",
+    syntax: Syntax::KeyValue,
+    options: JAX_OPTIONS,
+    kind: PolicyKind::Online(build_jax),
+    framework: Some("jax"),
+    env: None,
+    bool_words: ("true", "false"),
+    recorded: false,
+    search_excludes: &[],
+};
 
 /// `bfc[:OPTIONS]`.
 pub fn parse_bfc(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
@@ -151,13 +243,13 @@ pub fn parse_bfc(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
     }
     let mut s = BfcSettings::default();
     let mut limit = None;
-    for (k, v) in items(&spec, options)? {
+    for (k, v) in options::items(&BFC, options)? {
         match k {
-            "allow_growth" => s.allow_growth = parse_bool(&spec, k, v)?,
-            "garbage_collection" => s.garbage_collection = parse_bool(&spec, k, v)?,
-            "fragmentation_fraction" | "internal_fragmentation_fraction" => s.fragmentation_fraction = parse_fraction(&spec, k, v, 1.0)?,
+            "allow_growth" => s.allow_growth = options::parse_bool(&spec, k, v)?,
+            "garbage_collection" => s.garbage_collection = options::parse_bool(&spec, k, v)?,
+            "fragmentation_fraction" => s.fragmentation_fraction = options::parse_fraction(&spec, k, v, 1.0)?,
             "memory_limit" => limit = Some(memory_limit_option(&spec, v, ctx)?),
-            _ => return Err(unknown(&spec, k, BFC_OPTIONS)),
+            _ => unreachable!("options::items checked the keys"),
         }
     }
     s.memory_limit = limit.or(ctx.capacity).or_else(|| ctx.device.and_then(|d| d.memory_cap)).or_else(|| ctx.total_memory());
@@ -174,14 +266,14 @@ pub fn parse_tf(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
     let spec = if options.is_empty() { "tf".to_string() } else { format!("tf:{options}") };
     let mut s = BfcSettings { allow_growth: false, garbage_collection: true, ..Default::default() };
     let (mut limit, mut fraction) = (None, None);
-    for (k, v) in items(&spec, options)? {
+    for (k, v) in options::items(&TF, options)? {
         match k {
-            "allow_growth" => s.allow_growth = parse_bool(&spec, k, v)?,
-            "garbage_collection" => s.garbage_collection = parse_bool(&spec, k, v)?,
-            "fragmentation_fraction" | "internal_fragmentation_fraction" => s.fragmentation_fraction = parse_fraction(&spec, k, v, 1.0)?,
-            "per_process_gpu_memory_fraction" => fraction = Some(parse_fraction(&spec, k, v, 1.0)?),
+            "allow_growth" => s.allow_growth = options::parse_bool(&spec, k, v)?,
+            "garbage_collection" => s.garbage_collection = options::parse_bool(&spec, k, v)?,
+            "fragmentation_fraction" => s.fragmentation_fraction = options::parse_fraction(&spec, k, v, 1.0)?,
+            "per_process_gpu_memory_fraction" => fraction = Some(options::parse_fraction(&spec, k, v, 1.0)?),
             "memory_limit" => limit = Some(memory_limit_option(&spec, v, ctx)?),
-            _ => return Err(unknown(&spec, k, TF_OPTIONS)),
+            _ => unreachable!("options::items checked the keys"),
         }
     }
     s.memory_limit = Some(match limit {
@@ -204,11 +296,11 @@ pub fn parse_tf(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
 pub fn parse_jax(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
     let spec = if options.is_empty() { "jax".to_string() } else { format!("jax:{options}") };
     let (mut preallocate, mut fraction, mut limit, mut platform) = (true, 0.75, None, false);
-    for (k, v) in items(&spec, options)? {
+    for (k, v) in options::items(&JAX, options)? {
         match k {
-            "preallocate" => preallocate = parse_bool(&spec, k, v)?,
+            "preallocate" => preallocate = options::parse_bool(&spec, k, v)?,
             // Fractions above 1 oversubscribe with unified memory; allowed as upstream does.
-            "mem_fraction" => fraction = parse_fraction(&spec, k, v, 64.0)?,
+            "mem_fraction" => fraction = options::parse_fraction(&spec, k, v, 64.0)?,
             "memory_limit" => limit = Some(memory_limit_option(&spec, v, ctx)?),
             "allocator" => match v {
                 "default" | "bfc" => platform = false,
@@ -220,7 +312,7 @@ pub fn parse_jax(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
                 }
                 _ => return Err(spec_err(format!("{spec}: allocator must be default, bfc or platform, got '{v}'"))),
             },
-            _ => return Err(unknown(&spec, k, JAX_OPTIONS)),
+            _ => unreachable!("options::items checked the keys"),
         }
     }
     if platform {
@@ -311,6 +403,16 @@ pub fn recorded_settings(ctx: &PolicyContext) -> Result<RecordedSettings> {
         allow_growth_known: known,
         framework,
     })
+}
+
+impl BfcSpec {
+    /// The same settings under another name.
+    pub fn renamed(self, to: &str) -> Self {
+        match self {
+            BfcSpec::Bfc { settings, .. } => BfcSpec::Bfc { name: to.into(), settings },
+            BfcSpec::Platform { .. } => BfcSpec::Platform { name: to.into() },
+        }
+    }
 }
 
 /// The explicit `bfc:` spec of some settings (so a replay can be repeated by name).

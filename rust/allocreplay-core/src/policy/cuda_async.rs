@@ -48,12 +48,13 @@
 
 use std::collections::BTreeMap;
 
+use super::options::{self, OptDefault, OptionSpec, OptionType, Syntax};
+use super::registry::{PolicyEntry, PolicyKind};
 use super::spec::PolicyContext;
 use super::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::engine::device::DeviceMemory;
 use crate::engine::stats::Stats;
 use crate::error::{Error, Result};
-use crate::units::{parse_capacity, Capacity};
 
 /// Allocation granularity inside the pool (measured: consecutive small allocations are 512 B apart).
 pub const POOL_ALIGN: u64 = 512;
@@ -64,63 +65,42 @@ const NO_RANGE: u64 = u64::MAX;
 /// Virtual range the simulated pool reserves (the driver reserves a large range up front).
 const POOL_VA: u64 = 1 << 40;
 
-/// Splits `key=value,key=value` options, rejecting unknown keys with the list of valid ones.
-pub(crate) fn parse_options<'a>(policy: &str, options: &'a str, valid: &[(&str, &str)]) -> Result<Vec<(&'a str, &'a str)>> {
-    let help = || valid.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ");
-    let mut out = Vec::new();
-    for item in options.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let Some((k, v)) = item.split_once('=') else {
-            return Err(Error::PolicySpec(if valid.is_empty() {
-                format!("{policy}: takes no options, got '{item}'")
-            } else {
-                format!("{policy}: option '{item}' is not KEY=VALUE; valid options: {}", help())
-            }));
-        };
-        let (k, v) = (k.trim(), v.trim());
-        if !valid.iter().any(|(name, _)| *name == k) {
-            return Err(Error::PolicySpec(if valid.is_empty() {
-                format!("{policy}: takes no options, got '{item}'")
-            } else {
-                format!("{policy}: unknown option '{k}'; valid options: {}", help())
-            }));
-        }
-        if out.iter().any(|(seen, _)| *seen == k) {
-            return Err(Error::PolicySpec(format!("{policy}: option '{k}' given twice")));
-        }
-        out.push((k, v));
-    }
-    Ok(out)
-}
-
-/// A byte size option: bytes, a size with a unit, or a fraction of the device's memory.
-fn parse_bytes(policy: &str, key: &str, value: &str, ctx: &PolicyContext) -> Result<u64> {
-    if value.trim() == "0" {
-        return Ok(0);
-    }
-    let cap = parse_capacity(value).map_err(|e| Error::PolicySpec(format!("{policy}: {key}: {e}")))?;
-    match cap {
-        Capacity::Bytes(b) => Ok(b),
-        Capacity::Fraction(_) => cap.resolve(ctx.device).map_err(|e| Error::PolicySpec(format!("{policy}: {key}: {e}"))),
-    }
-}
-
-fn parse_bool(policy: &str, key: &str, value: &str) -> Result<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(Error::PolicySpec(format!("{policy}: {key} must be true or false, got '{value}'"))),
-    }
-}
-
-pub(crate) fn option_bool(policy: &str, key: &str, value: &str) -> Result<bool> {
-    parse_bool(policy, key, value)
-}
-
-const OPTIONS: &[(&str, &str)] = &[
-    ("release_threshold", "BYTES|max (default: max for PyTorch traces, the pool size elsewhere)"),
-    ("preallocate", "BYTES|true|false (XLA's reserve_memory; true = the release threshold)"),
-    ("chunk_size", "BYTES (physical chunk, default 32MiB)"),
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec::new(
+        "release_threshold",
+        OptionType::Bytes,
+        OptDefault::Unset("max for PyTorch traces, the pool size elsewhere"),
+        "cudaMemPoolAttrReleaseThreshold: bytes the pool keeps when idle (BYTES or max)",
+    )
+    .search(&["0", "max"]),
+    OptionSpec::new(
+        "preallocate",
+        OptionType::Bytes,
+        OptDefault::Value("false"),
+        "XLA's reserve_memory: bytes allocated and freed up front (BYTES, true = the release threshold, false = none)",
+    ),
+    OptionSpec::new(
+        "chunk_size",
+        OptionType::Bytes,
+        OptDefault::Value("32MiB"),
+        "physical chunk the pool maps (measured: 32 MiB on driver 580, H200)",
+    ),
 ];
+
+/// The registry's entry: `cuda-async[:OPTIONS]`.
+pub static ENTRY: PolicyEntry = PolicyEntry {
+    name: "cuda-async",
+    summary: "CUDA's stream-ordered pool (cudaMallocAsync), fitted to real runs on an H200",
+    models: "the driver's default cudaMemPool_t behind c10/cuda/CUDAMallocAsyncAllocator.cpp and gpu_cudamallocasync_allocator.cc (docs/cuda-policies.md)",
+    syntax: Syntax::KeyValue,
+    options: OPTIONS,
+    kind: PolicyKind::Online(from_spec),
+    framework: None,
+    env: None,
+    bool_words: ("true", "false"),
+    recorded: false,
+    search_excludes: &[],
+};
 
 pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
     Ok(Box::new(CudaAsync::from_options(options, ctx)?))
@@ -185,7 +165,7 @@ pub struct CudaAsync {
 impl CudaAsync {
     pub fn from_options(options: &str, ctx: &PolicyContext) -> Result<Self> {
         const P: &str = "cuda-async";
-        let kv = parse_options(P, options, OPTIONS)?;
+        let kv = options::items(&ENTRY, options)?;
         // Default threshold as each framework sets it: PyTorch UINT64_MAX; XLA/TF the pool size.
         let pool_size = ctx.device.and_then(|d| d.memory_cap.or(d.total_memory)).or(ctx.capacity);
         let mut release_threshold = if ctx.metadata.source == "pytorch" { u64::MAX } else { pool_size.unwrap_or(u64::MAX) };
@@ -197,22 +177,25 @@ impl CudaAsync {
                 "release_threshold" => {
                     release_threshold = match v.to_ascii_lowercase().as_str() {
                         "max" | "inf" | "none" | "uint64_max" => u64::MAX,
-                        _ => parse_bytes(P, k, v, ctx)?,
+                        _ => options::parse_device_size(P, k, v, ctx)?,
                     }
                 }
                 "preallocate" => match v.to_ascii_lowercase().as_str() {
-                    "true" | "false" | "yes" | "no" | "on" | "off" => prealloc_flag = Some(parse_bool(P, k, v)?),
-                    _ => preallocate = parse_bytes(P, k, v, ctx)?,
+                    // A boolean word (but 0 and 1 are byte counts here).
+                    w if w != "0" && w != "1" && (options::TRUE_WORDS.contains(&w) || options::FALSE_WORDS.contains(&w)) => {
+                        prealloc_flag = Some(options::parse_bool(P, k, v)?)
+                    }
+                    _ => preallocate = options::parse_device_size(P, k, v, ctx)?,
                 },
                 "chunk_size" => {
-                    chunk = parse_bytes(P, k, v, ctx)?;
+                    chunk = options::parse_device_size(P, k, v, ctx)?;
                     if chunk == 0 || !chunk.is_multiple_of(POOL_ALIGN) {
                         return Err(Error::PolicySpec(format!(
                             "{P}: chunk_size must be a positive multiple of {POOL_ALIGN} bytes, got '{v}'"
                         )));
                     }
                 }
-                _ => unreachable!("parse_options checked the keys"),
+                _ => unreachable!("options::items checked the keys"),
             }
         }
         if prealloc_flag == Some(true) {
@@ -903,7 +886,7 @@ mod tests {
         let p = CudaAsync::from_options("release_threshold=0.75,preallocate=true", &ctx).unwrap();
         assert_eq!(p.preallocate, 60 << 30);
         let e = CudaAsync::from_options("release=1", &ctx).unwrap_err().to_string();
-        assert!(e.contains("unknown option 'release'") && e.contains("release_threshold="), "{e}");
+        assert!(e.contains("unknown option 'release' for cuda-async; options: release_threshold, "), "{e}");
         let e = CudaAsync::from_options("release_threshold", &ctx).unwrap_err().to_string();
         assert!(e.contains("KEY=VALUE"), "{e}");
         assert!(CudaAsync::from_options("release_threshold=lots", &ctx).is_err());

@@ -18,7 +18,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::cuda_async::parse_options;
+use super::options::{self, Syntax};
+use super::registry::{PolicyEntry, PolicyKind};
 use super::spec::PolicyContext;
 use super::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::engine::device::DeviceMemory;
@@ -30,8 +31,23 @@ pub const MALLOC_ALIGN: u64 = 512;
 /// The driver's page: large allocations are rounded to it, small ones share it.
 pub const PAGE: u64 = 2 << 20;
 
+/// The registry's entry: `cuda-malloc` (no options).
+pub static ENTRY: PolicyEntry = PolicyEntry {
+    name: "cuda-malloc",
+    summary: "no caching: a cudaMalloc / cudaFree per allocation (JAX's allocator=platform, PYTORCH_NO_CUDA_MEMORY_CACHING)",
+    models: "the driver's cudaMalloc: small allocations packed in shared 2 MiB pages, large ones in their own",
+    syntax: Syntax::KeyValue,
+    options: &[],
+    kind: PolicyKind::Online(from_spec),
+    framework: None,
+    env: None,
+    bool_words: ("true", "false"),
+    recorded: false,
+    search_excludes: &[],
+};
+
 pub fn from_spec(options: &str, _ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
-    parse_options("cuda-malloc", options, &[])?;
+    options::items(&ENTRY, options)?;
     Ok(Box::new(CudaMalloc::new()))
 }
 

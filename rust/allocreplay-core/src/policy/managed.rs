@@ -22,8 +22,9 @@
 //! - `reserved` is the GPU memory holding managed pages (at most the capacity); `allocated`
 //!   the 512-byte rounded bytes of live allocations.
 
-use super::cuda_async::{option_bool, parse_options};
 use super::cuda_malloc::{PageLayout, Placed, PAGE};
+use super::options::{self, OptDefault, OptionSpec, OptionType, Syntax};
+use super::registry::{PolicyEntry, PolicyKind};
 use super::spec::PolicyContext;
 use super::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::engine::device::DeviceMemory;
@@ -32,13 +33,32 @@ use crate::error::Result;
 
 const NONE: u32 = u32::MAX;
 
+/// The registry's entry: `managed[:touch_on_free=BOOL]`.
+pub static ENTRY: PolicyEntry = PolicyEntry {
+    name: "managed",
+    summary: "cudaMallocManaged with oversubscription: pages migrate to the host instead of an OOM",
+    models: "CUDA unified memory: 2 MiB pages, least recently used evicted on oversubscription",
+    syntax: Syntax::KeyValue,
+    options: &[OptionSpec::new(
+        "touch_on_free",
+        OptionType::Bool,
+        OptDefault::Value("true"),
+        "count a freed allocation's pages as touched (the program used the buffer until its free)",
+    )],
+    kind: PolicyKind::Online(from_spec),
+    framework: None,
+    env: None,
+    bool_words: ("true", "false"),
+    recorded: false,
+    search_excludes: &[],
+};
+
 pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
     const P: &str = "managed";
-    let kv = parse_options(P, options, &[("touch_on_free", "true|false (default true)")])?;
     let mut touch_on_free = true;
-    for (k, v) in kv {
+    for (k, v) in options::items(&ENTRY, options)? {
         if k == "touch_on_free" {
-            touch_on_free = option_bool(P, k, v)?;
+            touch_on_free = options::parse_bool(P, k, v)?;
         }
     }
     let capacity = ctx.capacity.or(ctx.total_memory());
@@ -428,7 +448,7 @@ mod tests {
         let ctx = PolicyContext { metadata: &meta, device: meta.device(0), capacity: Some(2 * PAGE) };
         assert!(from_spec("touch_on_free=false", &ctx).is_ok());
         let e = from_spec("touch=1", &ctx).err().unwrap().to_string();
-        assert!(e.contains("touch_on_free="), "{e}");
+        assert!(e.contains("unknown option 'touch' for managed; options: touch_on_free"), "{e}");
         assert!(from_spec("touch_on_free=maybe", &ctx).is_err());
     }
 }

@@ -4,16 +4,20 @@
 
 pub mod bfc;
 pub mod bfc_config;
+pub mod bounds;
 pub mod cuda_async;
 pub mod cuda_malloc;
 pub mod invariants;
 pub mod managed;
+pub mod options;
 pub mod pytorch;
 pub mod pytorch_config;
+pub mod registry;
 mod sorted_map;
 pub mod spec;
 
-pub use spec::{build, PolicyContext};
+pub use registry::{build, PolicyEntry, PolicyKind, POLICY_NAMES, REGISTRY};
+pub use spec::PolicyContext;
 
 /// Requests of 2^55 bytes (32 PiB) or more fail in every policy, as the real allocators fail
 /// them: no device has that much, and below it the policies' rounding (at most doubling a

@@ -2,6 +2,7 @@
 //! `c10/core/AllocatorConfig.cpp` / `c10/cuda/CUDAAllocatorConfig.cpp`
 //! (`parseArgs`, `parseMaxSplitSize`, `parseRoundUpPower2Divisions`, ...).
 
+use super::options::{self, OptDefault, OptionSpec, OptionType};
 use crate::error::{Error, Result};
 
 pub const MB: u64 = 1024 * 1024;
@@ -42,24 +43,80 @@ impl Default for PytorchConfig {
     }
 }
 
-/// Options `pytorch:` accepts, for error messages.
-pub const VALID_OPTIONS: &[&str] = &[
-    "max_split_size_mb",
-    "max_non_split_rounding_mb",
-    "roundup_power2_divisions",
-    "garbage_collection_threshold",
-    "expandable_segments",
-    "large_segment_size_mb",
-    "release_lock_on_cudamalloc",
-    "pinned_use_cuda_host_register",
-    "pinned_num_register_threads",
-    "pinned_use_background_threads",
-    "pinned_reserve_segment_size_mb",
-    "graph_capture_record_stream_reuse",
-    "per_process_memory_fraction",
-    "release_lock_on_hipmalloc",
-    "pinned_use_hip_host_register",
-    "backend",
+/// `PYTORCH_CUDA_ALLOC_CONF`'s options (CUDAAllocatorConfig.cpp / AllocatorConfig.cpp
+/// `parseArgs`), with the values `allocreplay tune` searches.
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec::new(
+        "expandable_segments",
+        OptionType::Bool,
+        OptDefault::Value("False"),
+        "grow one mapped range per stream instead of cudaMalloc'ing segments",
+    )
+    .search(&["True"]),
+    OptionSpec::new(
+        "max_split_size_mb",
+        OptionType::Integer,
+        OptDefault::Unset("unlimited"),
+        "blocks above this size (MiB, > 20) are never split",
+    )
+    .search(&["64", "128", "256", "512", "1024"]),
+    OptionSpec::new(
+        "roundup_power2_divisions",
+        OptionType::List,
+        OptDefault::Unset("no rounding"),
+        "round requests up to 1/N steps of their power-of-two interval; N, or [MiB:N,...,>:N] per interval",
+    )
+    .search(&["2", "4", "8", "16", "[256:1,512:2,1024:4,>:8]", "[64:8,256:4,>:1]"]),
+    OptionSpec::new(
+        "garbage_collection_threshold",
+        OptionType::Fraction,
+        OptDefault::Unset("off"),
+        "under a memory cap, free cached blocks once reserved memory passes this fraction of it",
+    )
+    .search(&["0.6", "0.8"]),
+    OptionSpec::new(
+        "max_non_split_rounding_mb",
+        OptionType::Integer,
+        OptDefault::Unset("kLargeBuffer, 20 MiB"),
+        "an oversize cached block serves a request up to this many MiB smaller (> 20)",
+    )
+    .search(&["64", "256"]),
+    OptionSpec::new(
+        "large_segment_size_mb",
+        OptionType::Integer,
+        OptDefault::Value("20"),
+        "size of large-pool segments and expandable pages (MiB, > 10)",
+    ),
+    OptionSpec::new("release_lock_on_cudamalloc", OptionType::Bool, OptDefault::Value("False"), "accepted; no effect on device memory"),
+    OptionSpec::new("pinned_use_cuda_host_register", OptionType::Bool, OptDefault::Value("False"), "accepted; host memory only"),
+    OptionSpec::new("pinned_num_register_threads", OptionType::Integer, OptDefault::Value("1"), "accepted; host memory only"),
+    OptionSpec::new("pinned_use_background_threads", OptionType::Bool, OptDefault::Value("False"), "accepted; host memory only"),
+    OptionSpec::new("graph_capture_record_stream_reuse", OptionType::Bool, OptDefault::Value("False"), "accepted; no effect on the replay"),
+    OptionSpec::new("pinned_reserve_segment_size_mb", OptionType::Integer, OptDefault::Unset("none"), "accepted (> 0); host memory only"),
+    OptionSpec::new(
+        "release_lock_on_hipmalloc",
+        OptionType::Bool,
+        OptDefault::Value("False"),
+        "accepted (ROCm spelling); no effect on device memory",
+    ),
+    OptionSpec::new(
+        "pinned_use_hip_host_register",
+        OptionType::Bool,
+        OptDefault::Value("False"),
+        "accepted (ROCm spelling); host memory only",
+    ),
+    OptionSpec::new(
+        "per_process_memory_fraction",
+        OptionType::Fraction,
+        OptDefault::Value("1.0"),
+        "cap the device at this fraction of its memory, as torch.cuda.set_per_process_memory_fraction",
+    ),
+    OptionSpec::new(
+        "backend",
+        OptionType::Choice(&["native", "cudaMallocAsync"]),
+        OptDefault::Value("native"),
+        "native: this caching allocator; cudaMallocAsync is the policy cuda-async",
+    ),
 ];
 
 /// `CUDAAllocatorConfig::pinned_max_register_threads()`.
@@ -69,35 +126,10 @@ fn spec_err(msg: String) -> Error {
     Error::PolicySpec(msg)
 }
 
-/// Splits `a:1,b:[x:1,y:2],c:True` at top-level commas.
-fn split_top_level(s: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
-    for (i, ch) in s.char_indices() {
-        match ch {
-            '[' => depth += 1,
-            ']' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&s[start..]);
-    out.into_iter().map(str::trim).filter(|t| !t.is_empty()).collect()
-}
-
-fn parse_bool(key: &str, v: &str) -> Result<bool> {
-    match v {
-        "True" | "true" | "1" => Ok(true),
-        "False" | "false" | "0" => Ok(false),
-        _ => Err(spec_err(format!("{key} expects True or False, got '{v}'"))),
-    }
-}
+const P: &str = "pytorch";
 
 fn parse_u64(key: &str, v: &str) -> Result<u64> {
-    v.trim().parse::<u64>().map_err(|_| spec_err(format!("{key} expects a non-negative integer, got '{v}'")))
+    options::parse_u64(P, key, v)
 }
 
 impl PytorchConfig {
@@ -105,11 +137,7 @@ impl PytorchConfig {
     /// listing the valid ones.
     pub fn parse(conf: &str) -> Result<Self> {
         let mut c = PytorchConfig::default();
-        for item in split_top_level(conf) {
-            let (key, value) = match item.find(':') {
-                Some(i) => (item[..i].trim(), item[i + 1..].trim()),
-                None => return Err(spec_err(format!("option '{item}' has no value (expected key:value, e.g. expandable_segments:True)"))),
-            };
+        for (key, value) in options::items(&super::pytorch::ENTRY, conf)? {
             match key {
                 // CUDAAllocatorConfig::parseMaxSplitSize: must be > kLargeBuffer / MB.
                 "max_split_size_mb" => {
@@ -134,14 +162,13 @@ impl PytorchConfig {
                     c.large_segment_size = mb * MB;
                 }
                 "garbage_collection_threshold" => {
-                    let t: f64 =
-                        value.parse().map_err(|_| spec_err(format!("garbage_collection_threshold expects a number, got '{value}'")))?;
+                    let t = options::parse_f64(P, key, value)?;
                     if !(t > 0.0 && t < 1.0) {
                         return Err(spec_err(format!("garbage_collection_threshold must be in (0.0, 1.0), got {value}")));
                     }
                     c.garbage_collection_threshold = t;
                 }
-                "expandable_segments" => c.expandable_segments = parse_bool(key, value)?,
+                "expandable_segments" => c.expandable_segments = options::parse_bool(P, key, value)?,
                 "roundup_power2_divisions" => c.roundup_power2_divisions = parse_divisions(value)?,
                 "backend" => match value {
                     "native" => {}
@@ -169,7 +196,7 @@ impl PytorchConfig {
                 | "pinned_use_hip_host_register"
                 | "pinned_use_background_threads"
                 | "graph_capture_record_stream_reuse" => {
-                    parse_bool(key, value)?;
+                    options::parse_bool(P, key, value)?;
                 }
                 // CUDAAllocatorConfig::parsePinnedNumRegisterThreads: a power of 2, at most
                 // pinned_max_register_threads().
@@ -190,12 +217,7 @@ impl PytorchConfig {
                         return Err(spec_err("Pinned reserve segment size has to be greater than 0".into()));
                     }
                 }
-                _ => {
-                    return Err(spec_err(format!(
-                        "unknown PYTORCH_CUDA_ALLOC_CONF option '{key}'; valid options: {}",
-                        VALID_OPTIONS.join(", ")
-                    )))
-                }
+                _ => unreachable!("options::items checked the keys"),
             }
         }
         Ok(c)
@@ -330,7 +352,7 @@ mod tests {
         let c = PytorchConfig::parse(all).unwrap();
         assert_eq!(c.per_process_memory_fraction, 0.5);
         // Every option listed as valid parses.
-        for key in VALID_OPTIONS {
+        for key in OPTIONS.iter().map(|o| o.name) {
             assert!(all.contains(key) || key.contains("hip"), "{key} missing from the test");
         }
         // pinned_num_register_threads: a power of 2, at most 128.
@@ -361,7 +383,7 @@ mod tests {
         let e = PytorchConfig::parse("max_split_mb:128").unwrap_err().to_string();
         assert!(e.contains("unknown") && e.contains("max_split_size_mb"), "{e}");
         assert!(PytorchConfig::parse("max_split_size_mb:10").is_err());
-        assert!(PytorchConfig::parse("expandable_segments:yes").is_err());
+        assert!(PytorchConfig::parse("expandable_segments:maybe").is_err());
         assert!(PytorchConfig::parse("roundup_power2_divisions:3").is_err());
         assert!(PytorchConfig::parse("backend:cudaMallocAsync").unwrap_err().to_string().contains("cuda-async"));
     }

@@ -5,6 +5,7 @@ use arrow_array::types::UInt8Type;
 use arrow_array::{Array, RecordBatch};
 use arrow_ipc::reader::FileReader;
 use arrow_ipc::writer::FileWriter;
+
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;

@@ -10,12 +10,14 @@ pub mod info;
 mod ipc;
 mod metadata;
 pub mod schema;
+mod tile;
 
 pub use action::Action;
 pub use builder::{EventRow, TraceBuilder};
 pub use frames::{FrameInterner, FrameTable};
 pub use ipc::{read_arrow, read_arrow_bytes, trace_from_batches, write_arrow, write_arrow_to, WriteError};
 pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION};
+pub use tile::tile;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type, UInt8Type};

@@ -1,0 +1,50 @@
+//! `allocreplay tune`'s bindings: `_core.sweep` (many specs over many traces on all cores, GIL
+//! released, traces shared), `_core.tile` (a long trace from a real one, for benchmarks) and
+//! `_core.trace_from_arrow` (a trace from any Arrow C stream, e.g. a pyarrow table out of Ray's
+//! object store).
+
+use std::sync::Arc;
+
+use allocreplay_core::trace::tile as core_tile;
+use allocreplay_core::units;
+use pyo3::prelude::*;
+
+use crate::arrow::PyTable;
+use crate::errors::BindingResult;
+use crate::trace::PyTrace;
+
+/// Replays every trace under every spec, in parallel (`threads`: 0 = one per core). One row
+/// per (setting, trace, device): `setting` and `trace` index the lists given, then the
+/// `replay` summary's columns.
+#[pyfunction]
+#[pyo3(signature = (traces, specs, capacity=None, threads=0))]
+fn sweep(
+    py: Python<'_>,
+    traces: Vec<PyRef<'_, PyTrace>>,
+    specs: Vec<String>,
+    capacity: Option<&str>,
+    threads: usize,
+) -> BindingResult<PyTable> {
+    let capacity = capacity.map(units::parse_capacity).transpose()?;
+    let shared: Vec<Arc<allocreplay_core::Trace>> = traces.iter().map(|t| t.inner.clone()).collect();
+    let batch = py.detach(move || {
+        let refs: Vec<&allocreplay_core::Trace> = shared.iter().map(|t| t.as_ref()).collect();
+        allocreplay_core::tune::sweep(&refs, &specs, capacity, threads)
+    })?;
+    Ok(PyTable { batch })
+}
+
+/// `trace` repeated `n` times with fresh allocation ids, shifted addresses and times.
+#[pyfunction]
+fn tile(py: Python<'_>, trace: &PyTrace, n: usize) -> BindingResult<PyTrace> {
+    let t = trace.inner.clone();
+    let tiled = py.detach(move || core_tile(&t, n))?;
+    Ok(PyTrace { inner: Arc::new(tiled) })
+}
+
+/// Adds the functions to `_core`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(sweep, m)?)?;
+    m.add_function(wrap_pyfunction!(tile, m)?)?;
+    Ok(())
+}

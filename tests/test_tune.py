@@ -1,0 +1,153 @@
+"""`allocreplay tune` and `allocreplay.tune()`: the search space from the registry, the
+ranking, the bar on a real capture, and Ray ranking exactly as the local backend does."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+import allocreplay
+from allocreplay import _core, errors
+from allocreplay._tune import grid_size, search_space
+from conftest import TRACES, shared, sidecar
+
+TWO = TRACES / "two_streams__default.pickle.xz"
+GPT2 = shared("gpt2_train__default.pickle.xz")
+# The memory cap of the real capped run (gpt2_train__default_capped.json: cap_bytes); under it
+# the default allocator needed 3 retries.
+CAP = sidecar(shared("gpt2_train__default_capped.pickle.xz"))["cap_bytes"]
+# The best real run in ../shared/traces/pytorch under that cap: expandable segments
+# (gpt2_train__expandable.json and _capped.json: reserved_bytes.all.peak).
+BEST_REAL_PEAK = sidecar(shared("gpt2_train__expandable.pickle.xz"))["memory_stats"]["reserved_bytes.all.peak"]
+
+
+def test_the_bar_on_gpt2_at_the_real_cap():
+    assert CAP == 16_927_914_803 and BEST_REAL_PEAK == 16_483_614_720
+    ranked = allocreplay.tune(GPT2, CAP)
+    best = ranked.row(0, named=True)
+    assert best["fits"] and best["num_alloc_retries"] == 0 and best["num_ooms"] == 0
+    assert best["peak_reserved_bytes"] <= BEST_REAL_PEAK, best
+    assert best["env"].startswith("PYTORCH_CUDA_ALLOC_CONF=")
+    # The winner replays to the same numbers on its own.
+    row = allocreplay.replay(GPT2, [best["policy"]], capacity=str(CAP), placements=False).summary.row(0, named=True)
+    assert row["peak_reserved_bytes"] == best["peak_reserved_bytes"] and row["num_alloc_retries"] == 0
+    # The defaults are in the table, and they retry under this cap as the real run did.
+    default = ranked.filter(pl.col("is_default")).row(0, named=True)
+    assert default["policy"] == "pytorch" and default["num_alloc_retries"] > 0
+    assert best["peak_vs_default_bytes"] == best["peak_reserved_bytes"] - default["peak_reserved_bytes"]
+    assert len(ranked) == 256 and ranked["policy"].n_unique() == 256
+
+
+def test_cli_prints_the_winner(run_cli):
+    r = run_cli("tune", GPT2, "--capacity", str(CAP), "--budget", "24")
+    assert r.code == 0, r.err
+    assert "defaults: peak reserved" in r.out
+    best = next(line for line in r.out.splitlines() if line.startswith("best: "))
+    assert best.startswith("best: PYTORCH_CUDA_ALLOC_CONF=")
+    r = run_cli("tune", GPT2, "--capacity", str(CAP), "--budget", "24", "--json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)
+    assert len(rows) == 24
+    for key in ("policy", "peak_reserved_bytes", "num_alloc_retries", "num_ooms", "fits", "env"):
+        assert key in rows[0], key
+    assert rows[0]["fits"] and rows[0]["num_alloc_retries"] == 0 and rows[0]["peak_reserved_bytes"] <= BEST_REAL_PEAK
+    assert best.startswith(f"best: {rows[0]['env']}")
+    # Every policy is a spec replay accepts.
+    allocreplay.replay(TWO, [r["policy"] for r in rows], placements=False)
+
+
+def test_search_space_comes_from_the_registry():
+    # tf: allow_growth, garbage_collection (2 each) x memory_limit (unset + 3): the whole grid.
+    assert grid_size("tf") == 16
+    tf = search_space("tf")
+    assert tf[0] == "tf" and len(tf) == 16 and len(set(tf)) == 16
+    assert "tf:allow_growth=true,garbage_collection=false,memory_limit=0.9" in tf
+    jax = search_space("jax")
+    assert "jax:preallocate=false,mem_fraction=0.9" in jax and "jax:allocator=platform" in jax
+    # pytorch's grid is larger than the budget: defaults, each option alone, then a seeded sample.
+    pt = search_space("pytorch", budget=40, seed=1)
+    searched = [o for o in {p.name: p for p in allocreplay.policies()}["pytorch"].options if o.search]
+    singles = 1 + sum(len(o.search) for o in searched)
+    assert pt[0] == "pytorch" and len(pt) == 40 and len(set(pt)) == 40
+    assert pt[:singles] == search_space("pytorch", budget=41, seed=2)[:singles]
+    assert "pytorch:expandable_segments:True" in pt[:singles]
+    assert any("roundup_power2_divisions:[" in s for s in pt), "per-bucket lists are searched"
+    assert pt == search_space("pytorch", budget=40, seed=1) != search_space("pytorch", budget=40, seed=2)
+    with pytest.raises(errors.InvalidArgumentError):
+        search_space("pytorch", budget=0)
+
+
+def test_a_setting_must_fit_every_trace():
+    small = allocreplay.load(TWO)
+    big = allocreplay.Trace(_core.tile(small._inner, 3))
+    specs = ["pytorch", "pytorch:expandable_segments:True", "pytorch:max_split_size_mb:64"]
+    alone = {
+        name: allocreplay.replay(t, specs, capacity="3GiB", placements=False).summary.select("policy", "num_ooms", "peak_reserved_bytes")
+        for name, t in (("small", small), ("big", big))
+    }
+    ranked = allocreplay.tune([small, big], "3GiB", specs=specs)
+    assert set(ranked["traces"]) == {2}
+    for r in ranked.iter_rows(named=True):
+        ooms = [d.filter(pl.col("policy") == r["policy"])["num_ooms"][0] for d in alone.values()]
+        peaks = [d.filter(pl.col("policy") == r["policy"])["peak_reserved_bytes"][0] for d in alone.values()]
+        assert r["fits"] == (sum(ooms) == 0) and r["num_ooms"] == sum(ooms)
+        assert r["peak_reserved_bytes"] == max(peaks)
+        assert r["margin_bytes"] == (3 << 30) - max(peaks)
+    # Fitting settings rank first.
+    fits = ranked["fits"].to_list()
+    assert fits == sorted(fits, reverse=True)
+
+
+def test_pareto_front_is_not_dominated():
+    ranked = allocreplay.tune(TWO, "2.5GiB", framework="pytorch", budget=48)
+    front = ranked.filter(pl.col("pareto"))
+    assert len(front) >= 1 and front["fits"].all()
+    ok = ranked.filter(pl.col("fits"))
+    for p in front.iter_rows(named=True):
+        better = ok.filter(
+            (pl.col("peak_reserved_bytes") <= p["peak_reserved_bytes"])
+            & (pl.col("device_calls") <= p["device_calls"])
+            & ((pl.col("peak_reserved_bytes") < p["peak_reserved_bytes"]) | (pl.col("device_calls") < p["device_calls"]))
+        )
+        assert len(better) == 0, p
+    by_calls = allocreplay.tune(TWO, "2.5GiB", framework="pytorch", budget=48, objective="device_calls")
+    top = by_calls.row(0, named=True)
+    assert top["device_calls"] == ok["device_calls"].min() or top["num_alloc_retries"] == 0
+
+
+def test_framework_from_the_trace_and_bad_arguments(run_cli):
+    jax = allocreplay.tune(TRACES / "jax_train.arrow", "8GiB")
+    assert jax["policy"][0].startswith("jax") and jax["env"].str.contains("XLA_PYTHON_CLIENT_").any()
+    r = run_cli("tune", TWO, "--objective", "nope")
+    assert r.code == 2 and r.err.startswith("error: ")
+    with pytest.raises(errors.InvalidArgumentError, match="objective"):
+        allocreplay.tune(TWO, objective="nope")
+
+
+def test_trace_from_arrow_and_synth(run_cli, tmp_path):
+    t = allocreplay.load(TWO)
+    back = allocreplay.Trace(_core.trace_from_arrow(t.to_arrow()))
+    assert back.info() == t.info() and back.metadata == t.metadata
+    import pyarrow as pa
+
+    with pytest.raises(errors.SchemaError, match="not an allocreplay trace"):
+        _core.trace_from_arrow(pa.table({"x": [1]}))
+    out = tmp_path / "long.arrow"
+    r = run_cli("synth", TWO, "--tile", "4", "-o", out)
+    assert r.code == 0, r.err
+    long = allocreplay.load(out)
+    assert len(long) == 4 * len(t) and long.info()["allocs"] == 4 * t.info()["allocs"]
+
+
+def test_ray_ranks_exactly_as_local():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        traces = [allocreplay.load(TWO), allocreplay.load(TRACES / "two_streams__expandable.pickle.xz")]
+        local = allocreplay.tune(traces, "2.5GiB", framework="pytorch", budget=40)
+        remote = allocreplay.tune(traces, "2.5GiB", framework="pytorch", budget=40, backend="ray")
+        assert remote.equals(local)
+    finally:
+        ray.shutdown()
