@@ -128,12 +128,12 @@ def test_framework_from_the_trace_and_bad_arguments(run_cli):
 
 def test_trace_from_arrow_and_synth(run_cli, tmp_path):
     t = allocreplay.load(TWO)
-    back = allocreplay.Trace(_core.trace_from_arrow(t.to_arrow()))
-    assert back.info() == t.info() and back.metadata == t.metadata
+    back = allocreplay.Trace(_core.trace_from_arrow(t.to_arrow(), "<test>"))
+    assert back.info().to_dict() == t.info().to_dict() and back.metadata == t.metadata
     import pyarrow as pa
 
     with pytest.raises(errors.SchemaError, match="not an allocreplay trace"):
-        _core.trace_from_arrow(pa.table({"x": [1]}))
+        _core.trace_from_arrow(pa.table({"x": [1]}), "<test>")
     out = tmp_path / "long.arrow"
     r = run_cli("synth", TWO, "--tile", "4", "-o", out)
     assert r.code == 0, r.err
