@@ -73,3 +73,18 @@ def run_clirunner(*args: str) -> Run:
 def run_cli(request):
     """Runs the CLI both as a real process and through click's CliRunner."""
     return run_subprocess if request.param == "subprocess" else run_clirunner
+
+
+# Optional packages some tests need. Locally a missing one skips those tests (pytest's summary
+# says why); in CI (CI=true, .ci/run installs them) a missing one fails the whole run at once.
+CI_PACKAGES = ("tensorflow", "torch", "matplotlib", "ray", "plotly")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import importlib.util
+    import os
+
+    if os.environ.get("CI") == "true":
+        missing = [m for m in CI_PACKAGES if importlib.util.find_spec(m) is None]
+        if missing:
+            raise pytest.UsageError(f"CI=true but {', '.join(missing)} not installed: .ci/run's TEST_EXTRAS must install them")
