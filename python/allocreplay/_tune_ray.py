@@ -9,6 +9,7 @@ then ranked by the same Polars code as the local backend's. Install with `allocr
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,9 @@ def sweep_ray(
 ) -> pl.DataFrame:
     """One row per (setting, trace, device), as `_core.sweep` gives locally."""
     try:
-        import ray
+        # Typed as Any: Ray's own annotations differ between versions (the check must not
+        # depend on which one is installed).
+        ray: Any = importlib.import_module("ray")
     except ImportError as e:
         raise InvalidArgumentError("--backend ray needs Ray: pip install 'allocreplay[ray]'") from e
     if not ray.is_initialized():
