@@ -209,6 +209,8 @@ def cuda_section(shared: Path) -> list[str]:
         f"| gpt2_train__default | `cuda-malloc` | {rows['cuda-malloc']['peak_reserved_bytes']} | — (no real run; see docs/cuda-policies.md) | — |",
         "",
         *repeated_async_runs(shared),
+        "",
+        *out_of_sample_async(),
     ]
 
 
@@ -265,6 +267,46 @@ def repeated_async_runs(shared: Path) -> list[str]:
             f"| {name} | {len(peaks)} | {peaks[0]} | {int(median)} | {peaks[-1]} | {predicted} | "
             f"{100.0 * (predicted - median) / median:+.2f}% | {within}/{len(peaks)} |"
         )
+    return lines
+
+
+# Captured on 2026-12-01, after the model was chosen (tools/driver-probes/asyncheld/workloads.py,
+# which declared the DEV / HOLDOUT split before any ran): issue 13, item 2.
+OUT_OF_SAMPLE = [
+    ("opt_generate", "dev"),
+    ("gptneox_generate", "dev"),
+    ("efficientnet_train", "dev"),
+    ("t5_train", "dev"),
+    ("mistral_generate", "holdout"),
+    ("qwen2_generate", "holdout"),
+    ("mobilenet_train", "holdout"),
+    ("swin_train", "holdout"),
+]
+
+
+def out_of_sample_async() -> list[str]:
+    """The model on eight workloads it was never fitted on, against the median of three real
+    runs each, with the driver's own result for the same requests on an idle GPU."""
+    runs = real_async_runs()
+    replays = (ROOT / "tools/driver-probes/replays-h200-580.159.txt").read_text()
+    lines = [
+        "Out of sample (issue 13): eight workloads captured on 2026-12-01 after the model was chosen,",
+        "three real runs each (none was used to fit it; `dev` / `holdout` is the split declared for",
+        "refitting, see docs/cuda-policies.md). GPU replay: the same requests through `cudaMallocAsync` on an idle GPU.",
+        "",
+        "| workload | set | real runs | median | GPU replay | `cuda-async` | vs median |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    errors = []
+    for name, split in OUT_OF_SAMPLE:
+        peaks = sorted(runs[name])
+        median = statistics.median(peaks)
+        replay = next(int(line.split("peak_reserved=")[1].split()[0]) for line in replays.splitlines() if f"/{name}__default" in line)
+        predicted = cli("replay", str(ROOT / f"traces/cuda/{name}__default.pickle.xz"), "--policy", "cuda-async")[0]["peak_reserved_bytes"]
+        err = 100.0 * (predicted - median) / median
+        errors.append(abs(err))
+        lines.append(f"| {name} | {split} | {' / '.join(map(str, peaks))} | {int(median)} | {replay} | {predicted} | {err:+.2f}% |")
+    lines += ["", f"Mean |error| {sum(errors) / len(errors):.2f}%, worst {max(errors):.2f}% (issue 13 asks for <= 2% and <= 5%)."]
     return lines
 
 

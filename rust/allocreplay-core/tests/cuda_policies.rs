@@ -214,3 +214,44 @@ fn specs_build_and_bad_options_are_named() {
     let e = build("cuda-malloc:x=1", &ctx).err().unwrap().to_string();
     assert!(e.contains("takes no options"), "{e}");
 }
+
+/// Out of sample (issue 13, item 2): eight workloads captured on 2026-12-01 after the model was
+/// chosen (tools/driver-probes/asyncheld/workloads.py; three real cudaMallocAsync runs each,
+/// tools/driver-probes/realruns-h200-580.159.txt). Measured against the median real run: opt_generate
+/// +9.4%, gptneox_generate 0.0%, efficientnet_train +1.5%, t5_train +14.6%, mistral_generate
+/// +27.3%, qwen2_generate -12.8% (its own runs differ by 20%), mobilenet_train +0.7%, swin_train
+/// +0.5%: mean |error| 8.3%, worst 27.3%. Issue 13 asks for <= 2% / <= 5%; the model does not
+/// reach it (docs/cuda-policies.md, "Out of sample"). The bounds keep what it reaches, and
+/// used bytes (the requests) are exact on every one.
+#[test]
+fn cuda_async_out_of_sample_on_eight_workloads_captured_after_the_fit() {
+    let names = [
+        "opt_generate",
+        "gptneox_generate",
+        "efficientnet_train",
+        "t5_train",
+        "mistral_generate",
+        "qwen2_generate",
+        "mobilenet_train",
+        "swin_train",
+    ];
+    let mut errors = Vec::new();
+    for name in names {
+        let requests = repo(&format!("traces/cuda/{name}__default.pickle.xz"));
+        let s = replay(&requests, "cuda-async", None);
+        let med = median(real_async_runs(name));
+        let err = (s.peak_reserved as f64 - med) / med;
+        eprintln!("{name:>18} cuda-async {:>14} vs median of real runs {med:>14.0}: {:+.2}%", s.peak_reserved, err * 100.0);
+        assert_eq!(s.peak_allocated, stat(&repo(&format!("traces/cuda/{name}__async.json")), "allocated_bytes.all.peak"), "{name}: used bytes");
+        errors.push((name, err.abs()));
+    }
+    let mean = errors.iter().map(|e| e.1).sum::<f64>() / errors.len() as f64;
+    assert!(mean <= 0.085, "mean |error| {:.2}%", mean * 100.0);
+    for (name, e) in &errors {
+        assert!(*e <= 0.28, "{name}: {:.2}%", e * 100.0);
+    }
+    // The vision training workloads are within 2%.
+    for (name, e) in errors.iter().filter(|e| ["efficientnet_train", "mobilenet_train", "swin_train"].contains(&e.0)) {
+        assert!(*e <= 0.02, "{name}: {:.2}%", e * 100.0);
+    }
+}
