@@ -730,15 +730,20 @@ impl<'a, 'k> Parser<'a, 'k> {
     }
 
     /// Which record key the string object `s` is (`KEY_OTHER`: none).
-    #[inline]
+    #[inline(always)]
     fn key_class(&mut self, s: u32) -> u8 {
+        match self.key_class.get(s as usize) {
+            Some(&c) if c != KEY_UNSEEN => c,
+            _ => self.new_key_class(s),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_key_class(&mut self, s: u32) -> u8 {
         let s = s as usize;
         if s >= self.key_class.len() {
             self.key_class.resize(self.p.spans.len().max(s + 1), KEY_UNSEEN);
-        }
-        let c = self.key_class[s];
-        if c != KEY_UNSEEN {
-            return c;
         }
         let text = self.p.str(Value::Str(s as u32)).unwrap_or("");
         let c = match self.record_keys.iter().position(|&k| k == text) {
