@@ -42,7 +42,8 @@ import allocreplay
 
 
 def plain_bytes(path: str) -> bytes:
-    raw = open(path, "rb").read()
+    with open(path, "rb") as f:
+        raw = f.read()
     if raw.startswith(b"\xfd7zXZ"):
         return lzma.decompress(raw)
     if raw.startswith(b"\x1f\x8b"):
@@ -97,7 +98,8 @@ def main() -> None:
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for path in a.files:
-        compressed = not open(path, "rb").read(6).startswith((b"\x80",))
+        with open(path, "rb") as f:
+            compressed = not f.read(1).startswith(b"\x80")
         plain = None
         load_t: list[float] = []
         pick_t: list[float] = []
@@ -151,7 +153,10 @@ def main() -> None:
         if a.memory:
             out = subprocess.run([sys.executable, __file__, "--child-memory", path, "x"], capture_output=True, text=True, check=True).stdout
             n2, resident, peak = (int(x) for x in out.split())
-            print(f"  memory: {resident / n2:.0f} B/event resident after load, {peak / n2:.0f} B/event at the peak ({resident / 1e6:.0f} / {peak / 1e6:.0f} MB)", flush=True)
+            print(
+                f"  memory: {resident / n2:.0f} B/event resident after load, {peak / n2:.0f} B/event at the peak ({resident / 1e6:.0f} / {peak / 1e6:.0f} MB)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def tile(snap: dict[str, Any], entries: int, frames: bool) -> dict[str, Any]:
                 d[key] = v
             out.append(d)
     big = dict(snap)
-    big["device_traces"] = [out] + list(snap["device_traces"][1:])
+    big["device_traces"] = [out, *snap["device_traces"][1:]]
     return big
 
 
@@ -74,7 +74,8 @@ def main() -> None:
     ap.add_argument("--no-frames", action="store_true")
     a = ap.parse_args()
     t = time.perf_counter()
-    raw = open(a.src, "rb").read()
+    with open(a.src, "rb") as f:
+        raw = f.read()
     if raw.startswith(b"\xfd7zXZ"):
         raw = lzma.decompress(raw)
     snap = pickle.loads(raw)  # our own capture: trusted
