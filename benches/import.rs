@@ -18,7 +18,7 @@ use std::time::Instant;
 use allocreplay_core::import::compression::decompress;
 use allocreplay_core::import::pickle::{self, Pickle, Value};
 use allocreplay_core::import::pytorch::import_snapshot;
-use allocreplay_core::import::ImportOptions;
+use allocreplay_core::import::{load, ImportOptions};
 
 fn shared_pytorch() -> PathBuf {
     let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch"));
@@ -242,7 +242,7 @@ fn synthesize(data: &[u8], copies: usize) -> Vec<u8> {
     w.out.push(b'}');
     w.memoize(p.root);
     w.out.push(b'(');
-    for &(k, v) in p.dict(p.root).unwrap() {
+    for &(k, v) in p.dict(p.root).unwrap().iter() {
         w.value(k);
         if p.str(k) == Some("device_traces") {
             w.out.push(b']');
@@ -269,6 +269,36 @@ fn synthesize(data: &[u8], copies: usize) -> Vec<u8> {
     w.out.push(b'u');
     w.out.push(b'.');
     w.out
+}
+
+/// One file: read, decompress, parse alone, import alone, and the whole `import::load` (which
+/// adds the trace check), best of `runs` each.
+fn bench_file(path: &Path, runs: usize) {
+    let opts = ImportOptions::default();
+    if std::env::var("ALLOCREPLAY_BENCH_STAGES").is_ok_and(|s| s == "load") {
+        // The whole load alone (for `perf record`).
+        let (load_s, n) = best_of(runs, || load(path, &opts).unwrap().num_events());
+        println!("{}: {n} events  load {:.0} ms  = {:.2} M events/s", path.display(), load_s * 1e3, n as f64 / load_s / 1e6);
+        return;
+    }
+    let (read_s, raw) = best_of(runs, || std::fs::read(path).unwrap());
+    let (dec_s, data) = best_of(runs, || decompress(path, raw.clone()).unwrap());
+    drop(raw);
+    let (parse_s, _) = best_of(runs, || pickle::parse(&data).map(|p| p.root).unwrap());
+    let (import_s, t) = best_of(runs, || import_snapshot(path, &data, &opts).unwrap());
+    let n = t.num_events();
+    drop((t, data));
+    let (load_s, _) = best_of(runs, || load(path, &opts).unwrap().num_events());
+    println!(
+        "{}: {n} events  read {:.0} ms  decompress(+copy) {:.0} ms  parse {:.0} ms  import {:.0} ms  load {:.0} ms  = {:.2} M events/s",
+        path.display(),
+        read_s * 1e3,
+        dec_s * 1e3,
+        parse_s * 1e3,
+        import_s * 1e3,
+        load_s * 1e3,
+        n as f64 / load_s / 1e6
+    );
 }
 
 fn main() {
@@ -301,6 +331,15 @@ fn main() {
         n as f64 / isecs / 1e6
     );
 
+    // Files named in ALLOCREPLAY_BENCH_FILES (':'-separated; e.g. the tiled snapshots
+    // benches/make_big_snapshot.py writes): the stages of `import::load` timed apart.
+    if let Ok(files) = std::env::var("ALLOCREPLAY_BENCH_FILES") {
+        let runs: usize = std::env::var("ALLOCREPLAY_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+        for f in files.split(':').filter(|f| !f.is_empty()) {
+            bench_file(Path::new(f), runs);
+        }
+        return;
+    }
     let copies: usize = std::env::var("ALLOCREPLAY_BENCH_COPIES").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
     let synth = synthesize(&data, copies);
     let fake = Path::new("synthetic.pickle");

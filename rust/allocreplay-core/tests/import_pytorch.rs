@@ -164,3 +164,28 @@ fn a_mid_run_recording_starts_from_the_state_the_run_had_when_recording_began() 
     let at_start = r.timeline.iter().rfind(|pt| pt.event <= last_seed).unwrap();
     assert_eq!((at_start.allocated, at_start.reserved), (323_379_200, 536_870_912));
 }
+
+/// The parser's records (and their straight-line decoding of Python's entry opcodes) read every
+/// real capture as the plain parser does: the same JSON for the whole snapshot.
+#[test]
+fn records_read_every_capture_as_plain_dicts() {
+    use allocreplay_core::import::compression::decompress;
+    use allocreplay_core::import::pickle::{parse, parse_with_records};
+    let keys = ["action", "addr", "size", "stream", "time_us", "frames", "compile_context", "user_metadata"];
+    let dir = shared("gpt2_train__default.pickle.xz").parent().unwrap().to_path_buf();
+    let mut checked = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        if !path.to_string_lossy().ends_with(".pickle.xz") {
+            continue;
+        }
+        let data = decompress(&path, std::fs::read(&path).unwrap()).unwrap();
+        let (plain, rec) = (parse(&data).unwrap(), parse_with_records(&data, &keys).unwrap());
+        assert_eq!(plain.to_json(plain.root).unwrap(), rec.to_json(rec.root).unwrap(), "{}", path.display());
+        let traces = rec.list(rec.get(rec.root, "device_traces").unwrap()).unwrap();
+        let entries: Vec<_> = traces.iter().flat_map(|&t| rec.list(t).unwrap().to_vec()).collect();
+        assert!(entries.iter().all(|&e| rec.record(e).is_some()), "{}: every entry a record", path.display());
+        checked += 1;
+    }
+    assert!(checked >= 10, "{checked} captures");
+}

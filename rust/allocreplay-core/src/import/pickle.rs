@@ -5,6 +5,7 @@
 //! from `torch.cuda.memory._snapshot()` is plain data, so nothing is lost; a hostile pickle
 //! can't run code. Opcode semantics follow CPython's `Lib/pickle.py` (`_Unpickler.load_*`).
 
+use std::borrow::Cow;
 use std::fmt;
 
 use rustc_hash::FxHashMap;
@@ -55,8 +56,33 @@ pub struct Pickle<'a> {
     /// Lists and tuples (one index space), and dicts.
     seqs: Arena<Value>,
     dicts: Arena<(Value, Value)>,
+    /// Dicts stored as records (see [`parse_with_records`]): one packed value per record key,
+    /// [`ABSENT`] where the dict lacks the key. A dict `i` is a record when its range's length
+    /// is `RECORD`; the range's start is then its index here.
+    records: Vec<[u64; RECORD_FIELDS]>,
+    /// For each record key, the string object of the first key seen with its text (a record
+    /// turned back into items uses it).
+    record_key_str: [u32; RECORD_FIELDS],
+    /// Values a packed value does not hold in its 60 bits (floats, big ints, ints beyond ±2^59).
+    boxed: Vec<Value>,
     pub root: Value,
 }
+
+/// Most keys a record holds (the packed values of a record fill one cache line).
+pub const RECORD_FIELDS: usize = 8;
+
+/// A record field for a key the dict does not have.
+pub const ABSENT: u64 = 0xf;
+const P_NONE: u64 = 0;
+const P_FALSE: u64 = 1;
+const P_TRUE: u64 = 2;
+const P_INT: u64 = 3;
+const P_STR: u64 = 4;
+const P_BYTES: u64 = 5;
+const P_LIST: u64 = 6;
+const P_TUPLE: u64 = 7;
+const P_DICT: u64 = 8;
+const P_BOXED: u64 = 9;
 
 impl<'a> Pickle<'a> {
     pub fn str(&self, v: Value) -> Option<&'a str> {
@@ -91,30 +117,80 @@ impl<'a> Pickle<'a> {
         }
     }
 
-    pub fn dict(&self, v: Value) -> Option<&[(Value, Value)]> {
+    /// The items of a dict (a record's turned back into items, in the order of its keys).
+    pub fn dict(&self, v: Value) -> Option<Cow<'_, [(Value, Value)]>> {
         match v {
-            Value::Dict(i) => Some(self.dicts.get(i)),
+            Value::Dict(i) => Some(match self.record_index(i) {
+                Some(r) => Cow::Owned(
+                    self.records[r]
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(k, &f)| Some((Value::Str(self.record_key_str[k]), self.unpack(f)?)))
+                        .collect(),
+                ),
+                None => Cow::Borrowed(self.dicts.get(i)),
+            }),
             _ => None,
         }
+    }
+
+    #[inline]
+    fn record_index(&self, dict: u32) -> Option<usize> {
+        let (start, len) = self.dicts.ranges[dict as usize];
+        (len == RECORD).then_some(start as usize)
+    }
+
+    /// The packed fields of a dict stored as a record (in the order of the keys given to
+    /// [`parse_with_records`]; [`Pickle::unpack`] reads them), or `None` for any other value.
+    #[inline]
+    pub fn record(&self, v: Value) -> Option<&[u64; RECORD_FIELDS]> {
+        match v {
+            Value::Dict(i) => self.record_index(i).map(|r| &self.records[r]),
+            _ => None,
+        }
+    }
+
+    /// A record field as a value (`None`: the dict does not have that key).
+    #[inline]
+    pub fn unpack(&self, f: u64) -> Option<Value> {
+        let payload = (f >> 4) as u32;
+        Some(match f & 0xf {
+            P_NONE => Value::None,
+            P_FALSE => Value::Bool(false),
+            P_TRUE => Value::Bool(true),
+            P_INT => Value::Int((f as i64) >> 4),
+            P_STR => Value::Str(payload),
+            P_BYTES => Value::Bytes(payload),
+            P_LIST => Value::List(payload),
+            P_TUPLE => Value::Tuple(payload),
+            P_DICT => Value::Dict(payload),
+            P_BOXED => self.boxed[payload as usize],
+            _ => return None,
+        })
     }
 
     /// `d[key]` for a dict with string keys. A key set twice keeps its last value, as in
     /// Python (the parser appends items without looking for repeats).
     pub fn get(&self, d: Value, key: &str) -> Option<Value> {
-        let items = self.dict(d)?;
         let kb = key.as_bytes();
-        items.iter().rev().find_map(|&(k, v)| match k {
+        let is_key = |k: Value| match k {
             Value::Str(i) => {
                 let (s, e) = self.spans[i as usize];
-                (&self.data[s..e] == kb).then_some(v)
+                &self.data[s..e] == kb
             }
-            _ => None,
-        })
+            _ => false,
+        };
+        if let Some(fields) = self.record(d) {
+            let k = (0..RECORD_FIELDS).find(|&k| fields[k] != ABSENT && is_key(Value::Str(self.record_key_str[k])))?;
+            return self.unpack(fields[k]);
+        }
+        let Value::Dict(i) = d else { return None };
+        self.dicts.get(i).iter().rev().find_map(|&(k, v)| is_key(k).then_some(v))
     }
 
     pub fn keys(&self, d: Value) -> Vec<String> {
         let mut keys: Vec<String> = Vec::new();
-        for &(k, _) in self.dict(d).unwrap_or(&[]) {
+        for &(k, _) in self.dict(d).unwrap_or_default().iter() {
             if let Some(k) = self.str(k) {
                 if !keys.iter().any(|x| x == k) {
                     keys.push(k.to_string());
@@ -182,7 +258,7 @@ impl<'a> Pickle<'a> {
             }
             Value::Dict(_) => {
                 let mut m = serde_json::Map::new();
-                for &(k, x) in self.dict(v).unwrap_or(&[]) {
+                for &(k, x) in self.dict(v).unwrap_or_default().iter() {
                     let key = match self.to_json_in(k, depth + 1, budget)? {
                         J::String(s) => s,
                         other => other.to_string(),
@@ -223,6 +299,8 @@ struct Arena<T> {
 }
 
 const MOVED: u32 = u32::MAX;
+/// Range length of a dict stored as a record (`Pickle::records`).
+const RECORD: u32 = u32::MAX - 1;
 
 /// Deepest nesting of containers `Pickle::to_json` converts (serde_json reads back 128; a
 /// snapshot's `allocator_settings` nest 2 deep).
@@ -248,7 +326,7 @@ impl<T: Copy> Arena<T> {
     fn push(&mut self, new: impl ExactSizeIterator<Item = T>) -> Result<u32, PickleError> {
         let i = u32::try_from(self.ranges.len()).map_err(|_| too_large())?;
         let start = u32::try_from(self.items.len()).map_err(|_| too_large())?;
-        let len = u32::try_from(new.len()).ok().filter(|&l| l < MOVED).ok_or_else(too_large)?;
+        let len = u32::try_from(new.len()).ok().filter(|&l| l < RECORD).ok_or_else(too_large)?;
         self.items.extend(new);
         self.ranges.push((start, len));
         Ok(i)
@@ -262,12 +340,12 @@ impl<T: Copy> Arena<T> {
         }
         let end = start as usize + len as usize;
         let grown = len as usize + new.len();
-        if end == self.items.len() && grown < MOVED as usize && self.items.len() + new.len() <= u32::MAX as usize {
+        if end == self.items.len() && grown < RECORD as usize && self.items.len() + new.len() <= u32::MAX as usize {
             // The container is the last one stored (or empty): grow it in place.
             let start = if len == 0 { self.items.len() as u32 } else { start };
             self.items.extend(new);
             self.ranges[i as usize] = (start, grown as u32);
-        } else if len == 0 && new.len() < MOVED as usize && self.items.len() + new.len() <= u32::MAX as usize {
+        } else if len == 0 && new.len() < RECORD as usize && self.items.len() + new.len() <= u32::MAX as usize {
             let start = self.items.len() as u32;
             let n = new.len() as u32;
             self.items.extend(new);
@@ -299,11 +377,27 @@ fn pairs_of(values: &[Value]) -> impl ExactSizeIterator<Item = (Value, Value)> +
 
 /// Parses `data` as a pickle of plain data.
 pub fn parse(data: &[u8]) -> Result<Pickle<'_>, PickleError> {
-    Parser::new(data).run()
+    Parser::new(data, &[]).run()
 }
 
-struct Parser<'a> {
+/// [`parse`], storing the dicts whose keys are all among `keys` (at most [`RECORD_FIELDS`]
+/// strings, none repeated) as records: one packed 8-byte value per key instead of two 16-byte
+/// values per item, read with [`Pickle::record`]. For the millions of small dicts of one shape
+/// a snapshot's history holds. Nothing else changes: [`Pickle::dict`], [`Pickle::get`] and
+/// [`Pickle::to_json`] see a record as the dict it is, and a record that gets more items (a
+/// second SETITEMS) turns back into a plain dict first.
+pub fn parse_with_records<'a>(data: &'a [u8], keys: &[&str]) -> Result<Pickle<'a>, PickleError> {
+    assert!(keys.len() <= RECORD_FIELDS, "at most {RECORD_FIELDS} record keys");
+    Parser::new(data, keys).run()
+}
+
+struct Parser<'a, 'k> {
     p: Pickle<'a>,
+    /// Keys of the dicts stored as records (none: no records).
+    record_keys: &'k [&'k str],
+    /// Per string object (`Value::Str` index), which record key it is: `KEY_UNSEEN`,
+    /// `KEY_OTHER`, or the key's index. Grown on demand (keys are few memoized strings).
+    key_class: Vec<u8>,
     pos: usize,
     stack: Vec<Value>,
     marks: Vec<usize>,
@@ -317,8 +411,11 @@ fn corrupt(msg: String) -> PickleError {
     PickleError::Corrupt(msg)
 }
 
-impl<'a> Parser<'a> {
-    fn new(data: &'a [u8]) -> Self {
+const KEY_UNSEEN: u8 = u8::MAX;
+const KEY_OTHER: u8 = u8::MAX - 1;
+
+impl<'a, 'k> Parser<'a, 'k> {
+    fn new(data: &'a [u8], record_keys: &'k [&'k str]) -> Self {
         // Sized from the input so that the arenas rarely grow by copying: a snapshot pickle
         // holds about one dict item per 12 bytes and one memo entry per 40 (measured on the
         // shared captures). Capped: pages never touched cost nothing, but a huge reservation
@@ -330,12 +427,26 @@ impl<'a> Parser<'a> {
         let mut seqs = Arena::default();
         seqs.items.reserve(hint(20, 1 << 25));
         seqs.ranges.reserve(hint(200, 1 << 24));
+        let spans = Vec::with_capacity(hint(80, 1 << 24));
+        let records = Vec::with_capacity(if record_keys.is_empty() { 0 } else { hint(64, 1 << 25) });
+        let memo = Vec::with_capacity(hint(32, 1 << 25));
         Parser {
-            p: Pickle { data, spans: Vec::with_capacity(hint(80, 1 << 24)), seqs, dicts, root: Value::None },
+            p: Pickle {
+                data,
+                spans,
+                seqs,
+                dicts,
+                records,
+                record_key_str: [u32::MAX; RECORD_FIELDS],
+                boxed: Vec::new(),
+                root: Value::None,
+            },
+            record_keys,
+            key_class: Vec::new(),
             pos: 0,
             stack: Vec::with_capacity(64),
             marks: Vec::with_capacity(16),
-            memo: Vec::with_capacity(hint(32, 1 << 25)),
+            memo,
             sparse_memo: FxHashMap::default(),
         }
     }
@@ -382,6 +493,11 @@ impl<'a> Parser<'a> {
         self.stack.pop().ok_or_else(|| corrupt(format!("stack underflow at byte {}", self.pos)))
     }
 
+    #[cold]
+    fn underflow(&self) -> PickleError {
+        corrupt(format!("stack underflow at byte {}", self.pos))
+    }
+
     #[inline]
     fn top(&self) -> Result<Value, PickleError> {
         self.stack.last().copied().ok_or_else(|| corrupt(format!("stack underflow at byte {}", self.pos)))
@@ -395,6 +511,57 @@ impl<'a> Parser<'a> {
         Ok(m)
     }
 
+    // The helpers below push their value themselves: returned through a `Result`, a value
+    // went through memory in pieces of different sizes (store-forwarding stalls; measured).
+    #[inline(always)]
+    fn push_span(&mut self, n: usize, is_str: bool) -> Result<(), PickleError> {
+        let v = self.span(n, is_str)?;
+        self.stack.push(v);
+        Ok(())
+    }
+    #[inline(always)]
+    fn push_new_list(&mut self, from: usize) -> Result<(), PickleError> {
+        let v = self.new_list(from)?;
+        self.stack.push(v);
+        Ok(())
+    }
+    #[inline(always)]
+    fn push_new_tuple(&mut self, from: usize) -> Result<(), PickleError> {
+        let v = self.new_tuple(from)?;
+        self.stack.push(v);
+        Ok(())
+    }
+    #[inline(always)]
+    fn push_new_dict(&mut self, from: usize) -> Result<(), PickleError> {
+        let v = self.new_dict(from)?;
+        self.stack.push(v);
+        Ok(())
+    }
+
+    /// LONG1 of at most 8 bytes with 8 bytes of data from its start: one unaligned load,
+    /// sign-extended from its length (the general `long` copied through a buffer, stalling).
+    #[inline(always)]
+    fn push_long1(&mut self) -> Result<(), PickleError> {
+        let data = self.p.data;
+        let pos = self.pos;
+        if pos + 9 <= data.len() {
+            let n = data[pos] as usize;
+            if n <= 8 && n > 0 {
+                let raw = u64::from_le_bytes(data[pos + 1..pos + 9].try_into().unwrap());
+                let shift = 64 - 8 * n as u32;
+                let v = ((raw << shift) as i64) >> shift;
+                self.pos = pos + 1 + n;
+                self.stack.push(Value::Int(v));
+                return Ok(());
+            }
+        }
+        let n = self.u8()? as usize;
+        let b = self.take(n)?;
+        self.stack.push(Self::long(b));
+        Ok(())
+    }
+
+    #[inline(always)]
     fn span(&mut self, n: usize, is_str: bool) -> Result<Value, PickleError> {
         let start = self.pos;
         self.take(n)?;
@@ -407,17 +574,20 @@ impl<'a> Parser<'a> {
     }
 
     /// A list of `stack[from..]` (taken off the stack).
+    #[inline(always)]
     fn new_list(&mut self, from: usize) -> Result<Value, PickleError> {
         let i = self.p.seqs.push(self.stack[from..].iter().copied())?;
         self.stack.truncate(from);
         Ok(Value::List(i))
     }
+    #[inline(always)]
     fn new_tuple(&mut self, from: usize) -> Result<Value, PickleError> {
         let i = self.p.seqs.push(self.stack[from..].iter().copied())?;
         self.stack.truncate(from);
         Ok(Value::Tuple(i))
     }
     /// A dict of the key/value pairs `stack[from..]` (taken off the stack).
+    #[inline(always)]
     fn new_dict(&mut self, from: usize) -> Result<Value, PickleError> {
         if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(corrupt(format!("DICT with an odd number of items at byte {}", self.pos)));
@@ -427,8 +597,12 @@ impl<'a> Parser<'a> {
         Ok(Value::Dict(i))
     }
 
+    #[inline(always)]
     fn memo_put(&mut self, idx: usize, v: Value) {
-        if idx < self.memo.len() {
+        if idx == self.memo.len() && idx < self.p.data.len() {
+            // MEMOIZE: the next key.
+            self.memo.push(Some(v));
+        } else if idx < self.memo.len() {
             self.memo[idx] = Some(v);
         } else if idx - self.memo.len() < (1 << 16) && idx < self.p.data.len() {
             // Dense up to the input's size (a pickler numbers memo entries from 0, at most one
@@ -441,13 +615,30 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn memo_get(&self, idx: usize) -> Result<Value, PickleError> {
-        self.memo
-            .get(idx)
+    /// Pushes memo entry `idx` (BINGET and co). The value is copied straight from the memo to
+    /// the stack: returned through a `Result` it went through memory in pieces of different
+    /// sizes, stalling store forwarding (measured: a tenth of the parse).
+    #[inline(always)]
+    fn push_memo(&mut self, idx: usize) -> Result<(), PickleError> {
+        match self.memo.get(idx) {
+            Some(&Some(v)) => {
+                self.stack.push(v);
+                Ok(())
+            }
+            _ => self.push_sparse_memo(idx),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push_sparse_memo(&mut self, idx: usize) -> Result<(), PickleError> {
+        let v = self
+            .sparse_memo
+            .get(&idx)
             .copied()
-            .flatten()
-            .or_else(|| self.sparse_memo.get(&idx).copied())
-            .ok_or_else(|| corrupt(format!("memo key {idx} read before it was written (byte {})", self.pos)))
+            .ok_or_else(|| corrupt(format!("memo key {idx} read before it was written (byte {})", self.pos)))?;
+        self.stack.push(v);
+        Ok(())
     }
 
     fn long(bytes: &[u8]) -> Value {
@@ -495,12 +686,77 @@ impl<'a> Parser<'a> {
         }
         match self.stack[from - 1] {
             Value::Dict(i) => {
+                let (_, len) = self.p.dicts.ranges[i as usize];
+                if len == 0 && !self.record_keys.is_empty() && self.try_record(i, from) {
+                    return Ok(());
+                }
+                if len == RECORD {
+                    // More items for a record: it becomes a plain dict first.
+                    let items = self.p.dict(Value::Dict(i)).expect("a dict").into_owned();
+                    self.p.dicts.ranges[i as usize] = (0, 0);
+                    self.p.dicts.extend(i, items.into_iter())?;
+                }
                 self.p.dicts.extend(i, pairs_of(&self.stack[from..]))?;
                 self.stack.truncate(from);
                 Ok(())
             }
             other => Err(corrupt(format!("SETITEM on a {} at byte {}", Pickle::type_name(other), self.pos))),
         }
+    }
+
+    /// Stores the empty dict `i` with the items `stack[from..]` as a record if every key is a
+    /// distinct record key (true: done, the items are off the stack).
+    #[inline]
+    fn try_record(&mut self, i: u32, from: usize) -> bool {
+        let mut fields = [ABSENT; RECORD_FIELDS];
+        let n = self.stack.len() - from;
+        if n > 2 * RECORD_FIELDS {
+            return false;
+        }
+        for j in (from..self.stack.len()).step_by(2) {
+            let (key, value) = (self.stack[j], self.stack[j + 1]);
+            let Value::Str(s) = key else { return false };
+            let c = self.key_class(s);
+            if c == KEY_OTHER || fields[c as usize] != ABSENT {
+                return false;
+            }
+            fields[c as usize] = self.pack(value);
+        }
+        let Ok(r) = u32::try_from(self.p.records.len()) else { return false };
+        self.p.records.push(fields);
+        self.p.dicts.ranges[i as usize] = (r, RECORD);
+        self.stack.truncate(from);
+        true
+    }
+
+    /// Which record key the string object `s` is (`KEY_OTHER`: none).
+    #[inline(always)]
+    fn key_class(&mut self, s: u32) -> u8 {
+        match self.key_class.get(s as usize) {
+            Some(&c) if c != KEY_UNSEEN => c,
+            _ => self.new_key_class(s),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_key_class(&mut self, s: u32) -> u8 {
+        let s = s as usize;
+        if s >= self.key_class.len() {
+            self.key_class.resize(self.p.spans.len().max(s + 1), KEY_UNSEEN);
+        }
+        let text = self.p.str(Value::Str(s as u32)).unwrap_or("");
+        let c = match self.record_keys.iter().position(|&k| k == text) {
+            Some(k) => {
+                if self.p.record_key_str[k] == u32::MAX {
+                    self.p.record_key_str[k] = s as u32;
+                }
+                k as u8
+            }
+            None => KEY_OTHER,
+        };
+        self.key_class[s] = c;
+        c
     }
 
     fn refuse(&mut self, op: u8, what: &str) -> PickleError {
@@ -526,6 +782,188 @@ impl<'a> Parser<'a> {
             "the pickle {what}{detail} (opcode {:#04x} at byte {at}); allocreplay reads only plain dicts, lists, strings and numbers and never executes a pickle — pass the `torch.cuda.memory._snapshot()` output as written by `_dump_snapshot`",
             op
         ))
+    }
+
+    /// The opcodes of a record dict as Python's pickler writes one (protocol 2+), decoded in
+    /// one straight pass after its EMPTY_DICT (`self.pos` is past it): MEMOIZE, MARK, then
+    /// key/value pairs up to SETITEMS, keys memo references to record keys, values small ints,
+    /// None, bools, memo references, short strings (memoized or not) and lists of memo
+    /// references (a snapshot's `frames`). Anything else — or a memo key unset, a key not a
+    /// record key or repeated, a FRAME opcode in between — undoes what it did and returns
+    /// false: the general loop then reads the same bytes. The same values, memo entries and
+    /// containers result either way; this path skips the stack and the per-opcode dispatch.
+    fn fast_record(&mut self) -> bool {
+        let data = self.p.data;
+        let (pos0, memo0, spans0, boxed0) = (self.pos, self.memo.len(), self.p.spans.len(), self.p.boxed.len());
+        let (seqs_ranges0, seqs_items0) = (self.p.seqs.ranges.len(), self.p.seqs.items.len());
+        let dict = self.p.dicts.ranges.len();
+        let ok = self.fast_record_items(data, dict);
+        if !ok {
+            self.pos = pos0;
+            self.memo.truncate(memo0);
+            self.p.spans.truncate(spans0);
+            self.p.boxed.truncate(boxed0);
+            self.p.seqs.ranges.truncate(seqs_ranges0);
+            self.p.seqs.items.truncate(seqs_items0);
+        }
+        ok
+    }
+
+    #[inline(always)]
+    fn fast_byte(&mut self, data: &[u8]) -> Option<u8> {
+        let b = *data.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    /// A memo reference (BINGET / LONG_BINGET) at `self.pos` whose entry is set, else None.
+    #[inline(always)]
+    fn fast_get(&mut self, data: &[u8], op: u8) -> Option<Value> {
+        let idx = match op {
+            b'h' => self.fast_byte(data)? as usize,
+            b'j' => {
+                let b = data.get(self.pos..self.pos + 4)?;
+                self.pos += 4;
+                u32::from_le_bytes(b.try_into().unwrap()) as usize
+            }
+            _ => return None,
+        };
+        self.memo.get(idx).copied().flatten()
+    }
+
+    /// MEMOIZE of `v` if the next opcode is one.
+    #[inline(always)]
+    fn fast_memoize(&mut self, data: &[u8], v: Value) -> Option<()> {
+        if data.get(self.pos) == Some(&0x94) {
+            if self.memo.len() >= data.len() {
+                return None;
+            }
+            self.pos += 1;
+            self.memo.push(Some(v));
+        }
+        Some(())
+    }
+
+    fn fast_record_items(&mut self, data: &'a [u8], dict: usize) -> bool {
+        (|| -> Option<()> {
+            let dict_u32 = u32::try_from(dict).ok()?;
+            // MEMOIZE of the dict (required: the pickler always writes it), MARK.
+            if self.fast_byte(data)? != 0x94 || self.memo.len() >= data.len() {
+                return None;
+            }
+            self.memo.push(Some(Value::Dict(dict_u32)));
+            if self.fast_byte(data)? != b'(' {
+                return None;
+            }
+            let mut fields = [ABSENT; RECORD_FIELDS];
+            loop {
+                let op = self.fast_byte(data)?;
+                if op == b'u' {
+                    break;
+                }
+                let Value::Str(k) = self.fast_get(data, op)? else { return None };
+                let c = self.key_class(k);
+                if c == KEY_OTHER || fields[c as usize] != ABSENT {
+                    return None;
+                }
+                let op = self.fast_byte(data)?;
+                let v = match op {
+                    b'K' => Value::Int(self.fast_byte(data)? as i64),
+                    b'M' => {
+                        let b = data.get(self.pos..self.pos + 2)?;
+                        self.pos += 2;
+                        Value::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
+                    }
+                    b'J' => {
+                        let b = data.get(self.pos..self.pos + 4)?;
+                        self.pos += 4;
+                        Value::Int(i32::from_le_bytes(b.try_into().unwrap()) as i64)
+                    }
+                    0x8a => {
+                        let n = *data.get(self.pos)? as usize;
+                        if n == 0 || n > 8 || self.pos + 9 > data.len() {
+                            return None;
+                        }
+                        let raw = u64::from_le_bytes(data[self.pos + 1..self.pos + 9].try_into().unwrap());
+                        let shift = 64 - 8 * n as u32;
+                        self.pos += 1 + n;
+                        Value::Int(((raw << shift) as i64) >> shift)
+                    }
+                    b'N' => Value::None,
+                    0x88 => Value::Bool(true),
+                    0x89 => Value::Bool(false),
+                    b'h' | b'j' => self.fast_get(data, op)?,
+                    0x8c => {
+                        let n = self.fast_byte(data)? as usize;
+                        let v = self.span(n, true).ok()?;
+                        self.fast_memoize(data, v)?;
+                        v
+                    }
+                    b']' => {
+                        // A list of memo references: EMPTY_LIST, MEMOIZE?, then nothing, one
+                        // reference and APPEND, or MARK, references, APPENDS.
+                        let l = u32::try_from(self.p.seqs.ranges.len()).ok()?;
+                        self.fast_memoize(data, Value::List(l))?;
+                        let start = self.p.seqs.items.len();
+                        match data.get(self.pos) {
+                            Some(b'(') => {
+                                self.pos += 1;
+                                loop {
+                                    let op = self.fast_byte(data)?;
+                                    if op == b'e' {
+                                        break;
+                                    }
+                                    let item = self.fast_get(data, op)?;
+                                    self.p.seqs.items.push(item);
+                                }
+                            }
+                            Some(b'h' | b'j') if matches!(data.get(self.pos + if data[self.pos] == b'h' { 2 } else { 5 }), Some(b'a')) => {
+                                let op = self.fast_byte(data)?;
+                                let item = self.fast_get(data, op)?;
+                                self.p.seqs.items.push(item);
+                                self.pos += 1;
+                            }
+                            _ => {}
+                        }
+                        let n = self.p.seqs.items.len() - start;
+                        let (start, n) = (u32::try_from(start).ok()?, u32::try_from(n).ok().filter(|&n| n < RECORD)?);
+                        if self.p.seqs.items.len() > u32::MAX as usize {
+                            return None;
+                        }
+                        self.p.seqs.ranges.push((start, n));
+                        Value::List(l)
+                    }
+                    _ => return None,
+                };
+                fields[c as usize] = self.pack(v);
+            }
+            let r = u32::try_from(self.p.records.len()).ok()?;
+            self.p.records.push(fields);
+            self.p.dicts.ranges.push((r, RECORD));
+            self.stack.push(Value::Dict(dict_u32));
+            Some(())
+        })()
+        .is_some()
+    }
+
+    /// A value as a record field (boxed when it does not fit the packed word).
+    #[inline(always)]
+    fn pack(&mut self, v: Value) -> u64 {
+        match v {
+            Value::None => P_NONE,
+            Value::Bool(false) => P_FALSE,
+            Value::Bool(true) => P_TRUE,
+            Value::Int(x) if (x << 4) >> 4 == x => ((x << 4) as u64) | P_INT,
+            Value::Str(x) => ((x as u64) << 4) | P_STR,
+            Value::Bytes(x) => ((x as u64) << 4) | P_BYTES,
+            Value::List(x) => ((x as u64) << 4) | P_LIST,
+            Value::Tuple(x) => ((x as u64) << 4) | P_TUPLE,
+            Value::Dict(x) => ((x as u64) << 4) | P_DICT,
+            other => {
+                self.p.boxed.push(other);
+                (((self.p.boxed.len() - 1) as u64) << 4) | P_BOXED
+            }
+        }
     }
 
     fn run(mut self) -> Result<Pickle<'a>, PickleError> {
@@ -605,11 +1043,7 @@ impl<'a> Parser<'a> {
                     let b = self.take(2)?;
                     self.stack.push(Value::Int(u16::from_le_bytes([b[0], b[1]]) as i64));
                 }
-                0x8a => {
-                    let n = self.u8()? as usize;
-                    let b = self.take(n)?;
-                    self.stack.push(Self::long(b));
-                }
+                0x8a => self.push_long1()?,
                 0x8b => {
                     let n = self.u32le()? as usize;
                     let b = self.take(n)?;
@@ -644,80 +1078,67 @@ impl<'a> Parser<'a> {
                 }
                 0x8c => {
                     let n = self.u8()? as usize;
-                    let v = self.span(n, true)?;
-                    self.stack.push(v);
+                    self.push_span(n, true)?;
                 }
                 b'X' => {
                     let n = self.u32le()? as usize;
-                    let v = self.span(n, true)?;
-                    self.stack.push(v);
+                    self.push_span(n, true)?;
                 }
                 0x8d => {
                     let n = self.u64le()? as usize;
-                    let v = self.span(n, true)?;
-                    self.stack.push(v);
+                    self.push_span(n, true)?;
                 }
                 b'U' => {
                     let n = self.u8()? as usize;
-                    let v = self.span(n, false)?;
-                    self.stack.push(v);
+                    self.push_span(n, false)?;
                 }
                 b'T' => {
                     let n = self.u32le()? as usize;
-                    let v = self.span(n, false)?;
-                    self.stack.push(v);
+                    self.push_span(n, false)?;
                 }
                 b'C' => {
                     let n = self.u8()? as usize;
-                    let v = self.span(n, false)?;
-                    self.stack.push(v);
+                    self.push_span(n, false)?;
                 }
                 b'B' => {
                     let n = self.u32le()? as usize;
-                    let v = self.span(n, false)?;
-                    self.stack.push(v);
+                    self.push_span(n, false)?;
                 }
                 0x8e => {
                     let n = self.u64le()? as usize;
-                    let v = self.span(n, false)?;
-                    self.stack.push(v);
+                    self.push_span(n, false)?;
                 }
                 b']' | 0x8f => {
                     // EMPTY_LIST; EMPTY_SET, kept as a list.
-                    let v = self.new_list(self.stack.len())?;
-                    self.stack.push(v);
+                    self.push_new_list(self.stack.len())?;
                 }
                 b'}' => {
-                    let v = self.new_dict(self.stack.len())?;
-                    self.stack.push(v);
+                    if self.record_keys.is_empty() || !self.fast_record() {
+                        self.push_new_dict(self.stack.len())?;
+                    }
                 }
                 b')' => {
-                    let v = self.new_tuple(self.stack.len())?;
-                    self.stack.push(v);
+                    self.push_new_tuple(self.stack.len())?;
                 }
                 b'l' => {
                     let m = self.pop_mark()?;
-                    let v = self.new_list(m)?;
-                    self.stack.push(v);
+                    self.push_new_list(m)?;
                 }
                 b't' | 0x91 => {
                     // TUPLE; FROZENSET, kept as a tuple.
                     let m = self.pop_mark()?;
-                    let v = self.new_tuple(m)?;
-                    self.stack.push(v);
+                    self.push_new_tuple(m)?;
                 }
                 0x85..=0x87 => {
                     let n = (op - 0x84) as usize;
                     if self.stack.len() < n {
                         return Err(corrupt(format!("stack underflow at byte {}", self.pos)));
                     }
-                    let v = self.new_tuple(self.stack.len() - n)?;
-                    self.stack.push(v);
+                    self.push_new_tuple(self.stack.len() - n)?;
                 }
                 b'd' => {
                     let m = self.pop_mark()?;
-                    let v = self.new_dict(m)?;
-                    self.stack.push(v);
+                    self.push_new_dict(m)?;
                 }
                 b'a' => {
                     if self.stack.len() < 2 {
@@ -745,7 +1166,8 @@ impl<'a> Parser<'a> {
                     self.set_items_from(m)?;
                 }
                 0x94 => {
-                    let v = self.top()?;
+                    // MEMOIZE
+                    let Some(&v) = self.stack.last() else { return Err(self.underflow()) };
                     let idx = self.memo.len();
                     self.memo_put(idx, v);
                 }
@@ -770,13 +1192,11 @@ impl<'a> Parser<'a> {
                 }
                 b'h' => {
                     let idx = self.u8()? as usize;
-                    let v = self.memo_get(idx)?;
-                    self.stack.push(v);
+                    self.push_memo(idx)?;
                 }
                 b'j' => {
                     let idx = self.u32le()? as usize;
-                    let v = self.memo_get(idx)?;
-                    self.stack.push(v);
+                    self.push_memo(idx)?;
                 }
                 b'g' => {
                     let l = self.line()?;
@@ -784,8 +1204,7 @@ impl<'a> Parser<'a> {
                         .ok()
                         .and_then(|s| s.parse::<usize>().ok())
                         .ok_or_else(|| corrupt(format!("bad GET at byte {}", self.pos)))?;
-                    let v = self.memo_get(idx)?;
-                    self.stack.push(v);
+                    self.push_memo(idx)?;
                 }
                 b'c' => return Err(self.refuse(op, "imports a global")),
                 0x93 => return Err(self.refuse(op, "imports a global")),
@@ -873,20 +1292,85 @@ mod tests {
         let good: &[u8] = b"\x80\x04\x95\x88\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0ddevice_traces\x94]\x94]\x94}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04addr\x94\x8a\x06\x00\xc0DJT\x7f\x8c\x04size\x94M\x00\x02\x8c\x06frames\x94]\x94}\x94(\x8c\x04name\x94\x8c\x01f\x94\x8c\x04line\x94K\x03uauaa\x8c\x08segments\x94]\x94K\x01G@\x04\x00\x00\x00\x00\x00\x00\x86\x94au.";
         let p = parse(good).unwrap();
         assert!(p.get(p.root, "device_traces").is_some());
+        // Three entries sharing keys, action names and frames through the memo (the third
+        // takes the records' straight-line path):
+        // f = {'name': 'f', 'line': 3}; fr = [f]; pickle.dumps({'device_traces': [[
+        //   {'action': 'alloc', 'addr': 140000000000000, 'size': 512, 'frames': fr},
+        //   {'action': 'alloc', 'addr': 140000000000512, 'size': 70000, 'stream': -1,
+        //    'time_us': None, 'frames': [f, f]},
+        //   {'action': 'free_requested', 'addr': 140000000000000, 'size': 512, 'frames': fr,
+        //    'stream': 2**40}]]}, 4)
+        let shared: &[u8] = b"\x80\x04\x95\xdd\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\rdevice_traces\x94]\x94]\x94(}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04addr\x94\x8a\x06\x00\xc0DJT\x7f\x8c\x04size\x94M\x00\x02\x8c\x06frames\x94]\x94}\x94(\x8c\x04name\x94\x8c\x01f\x94\x8c\x04line\x94K\x03uau}\x94(h\x05h\x06h\x07\x8a\x06\x00\xc2DJT\x7fh\x08Jp\x11\x01\x00\x8c\x06stream\x94J\xff\xff\xff\xff\x8c\x07time_us\x94Nh\t]\x94(h\x0bh\x0beu}\x94(h\x05\x8c\x0efree_requested\x94h\x07\x8a\x06\x00\xc0DJT\x7fh\x08M\x00\x02h\th\nh\x10\x8a\x06\x00\x00\x00\x00\x00\x01ueas.";
+        let keys = ["action", "addr", "size", "stream", "time_us", "frames", "compile_context", "user_metadata"];
+        let p = parse_with_records(shared, &keys).unwrap();
+        let entries = p.list(p.list(p.get(p.root, "device_traces").unwrap()).unwrap()[0]).unwrap();
+        assert!(entries.iter().all(|&e| p.record(e).is_some()));
+        assert_eq!(p.get(entries[2], "stream"), Some(Value::Int(1 << 40)));
         let mut seed = 0x2545_f491_4f6c_dd1du64;
-        for i in 0..good.len() {
-            for _ in 0..24 {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let mut m = good.to_vec();
-                m[i] = seed as u8;
-                if let Ok(p) = parse(&m) {
-                    let _ = p.to_json(p.root);
+        for good in [good, shared] {
+            for i in 0..good.len() {
+                for _ in 0..24 {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let mut m = good.to_vec();
+                    m[i] = seed as u8;
+                    let plain = parse(&m).map(|p| p.to_json(p.root));
+                    let rec = parse_with_records(&m, &keys).map(|p| p.to_json(p.root));
+                    // The records (and their straight-line decoding) accept and refuse the same
+                    // bytes, with the same content.
+                    assert_eq!(plain, rec, "byte {i} set to {}", seed as u8);
                 }
+                let _ = parse(&good[..i]);
+                assert_eq!(parse(&good[..i]).map(|p| p.to_json(p.root)), parse_with_records(&good[..i], &keys).map(|p| p.to_json(p.root)));
             }
-            let _ = parse(&good[..i]);
         }
+    }
+
+    #[test]
+    fn records_read_as_the_dicts_they_are() {
+        const KEYS: [&str; 3] = ["a", "b", "c"];
+        // pickle.dumps([{'a': 1, 'b': 'x'}, {'a': 2.5, 'c': [7], 'b': 2**62}, {'a': 1, 'z': 0},
+        //   {'a': 1, 'a': 2}], protocol=4): the fourth has its key twice (memo GET).
+        let bytes: &[u8] = b"\x80\x04]\x94(}\x94(\x8c\x01a\x94K\x01\x8c\x01b\x94\x8c\x01x\x94u}\x94(h\x02G@\x04\x00\x00\x00\x00\x00\x00\x8c\x01c\x94]\x94K\x07ah\x03\x8a\x08\x00\x00\x00\x00\x00\x00\x00@u}\x94(h\x02K\x01\x8c\x01z\x94K\x00u}\x94(h\x02K\x01h\x02K\x02ue.";
+        let plain = parse(bytes).unwrap();
+        let rec = parse_with_records(bytes, &KEYS).unwrap();
+        let want = serde_json::json!([{"a": 1, "b": "x"}, {"a": 2.5, "c": [7], "b": 4611686018427387904i64}, {"a": 1, "z": 0}, {"a": 2}]);
+        assert_eq!(plain.to_json(plain.root).unwrap(), want);
+        assert_eq!(rec.to_json(rec.root).unwrap(), want);
+        let items = rec.list(rec.root).unwrap();
+        // The first two are records (a float and an int beyond 2^59 boxed); an unknown key or
+        // a repeated one keeps the plain form.
+        let r = rec.record(items[0]).unwrap();
+        assert_eq!((rec.unpack(r[0]), rec.str(rec.unpack(r[1]).unwrap()), rec.unpack(r[2])), (Some(Value::Int(1)), Some("x"), None));
+        let r = rec.record(items[1]).unwrap();
+        assert_eq!(rec.unpack(r[0]), Some(Value::Float(2.5)));
+        assert_eq!(rec.unpack(r[1]), Some(Value::Int(1 << 62)));
+        assert!(rec.record(items[2]).is_none() && rec.record(items[3]).is_none());
+        assert_eq!(rec.get(items[1], "c").and_then(|c| rec.list(c).map(<[Value]>::to_vec)), Some(vec![Value::Int(7)]));
+        assert_eq!(rec.get(items[3], "a"), Some(Value::Int(2)));
+        assert_eq!(rec.keys(items[1]), vec!["a", "b", "c"]);
+        // Negative ints at the edges of the packed range.
+        for x in [-(1i64 << 59), (1 << 59) - 1, -1, i64::MIN] {
+            let mut b = b"\x80\x04}\x94(\x8c\x01a\x94\x8a\x08".to_vec();
+            b.extend(x.to_le_bytes());
+            b.extend(b"u.");
+            let p = parse_with_records(&b, &KEYS).unwrap();
+            assert_eq!(p.get(p.root, "a"), Some(Value::Int(x)), "{x}");
+        }
+    }
+
+    #[test]
+    fn a_record_given_more_items_becomes_a_plain_dict() {
+        // d = {'a': 1}; pickled, then SETITEMS with 'q' and 'b' on the memoized dict.
+        let bytes: &[u8] = b"\x80\x04}\x94(\x8c\x01a\x94K\x01u(\x8c\x01q\x94K\x02\x8c\x01b\x94K\x03u.";
+        let p = parse_with_records(bytes, &["a", "b"]).unwrap();
+        assert!(p.record(p.root).is_none());
+        assert_eq!(p.to_json(p.root).unwrap(), serde_json::json!({"a": 1, "q": 2, "b": 3}));
+        // Only known keys in the second batch too: still the plain form, same content.
+        let bytes: &[u8] = b"\x80\x04}\x94(\x8c\x01a\x94K\x01u(\x8c\x01b\x94K\x03u.";
+        let p = parse_with_records(bytes, &["a", "b"]).unwrap();
+        assert_eq!(p.to_json(p.root).unwrap(), serde_json::json!({"a": 1, "b": 3}));
     }
 
     #[test]
