@@ -7,10 +7,12 @@
 //! `GlobalDecreasingSizeBestFitHeap::Alloc/Free/ShareWith` advance `current_time_`. `plan`
 //! then places every interval (`Finish`) and keeps the smaller heap.
 //!
-//! Speed: the time-overlap queries of `BufferIntervalTree` are answered by a static segment
-//! tree over all intervals sorted by start, holding the maximum end of the intervals placed so
-//! far; a query visits only placed intervals overlapping in time (plus O(log n) nodes each),
-//! like upstream's treap. No allocation per placement beyond two reused scratch vectors.
+//! Speed: the time-overlap queries of `BufferIntervalTree` are answered from all intervals
+//! sorted by start plus checkpoints listing the intervals live at regular points
+//! ([`PlacedTree`]): a query reads the intervals live at its start and those starting during
+//! it, contiguously, where upstream's treap walks O(log n) nodes per reported interval. The
+//! free chunks are judged as they are found, not listed. No allocation per placement beyond
+//! one reused scratch vector.
 
 /// Which order `GlobalDecreasingSizeBestFitHeap` places intervals in (`PackingStrategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +193,9 @@ struct Planner<'a> {
     max_size: Vec<i64>,
     tree: PlacedTree,
     used: Vec<(i64, i64)>,
-    free: Vec<(i64, i64)>,
+    packed: Vec<u64>,
+    /// Largest chunk size (bits it needs, for packing).
+    max_chunk_size: u64,
 }
 
 impl<'a> Planner<'a> {
@@ -226,6 +230,7 @@ impl<'a> Planner<'a> {
             max_size.push(sz);
         }
         colo_start.push(colo.len() as u32);
+        let max_chunk_size = max_size.iter().copied().max().unwrap_or(0).max(0) as u64;
         Planner {
             iv,
             alignment: alignment.max(1),
@@ -236,7 +241,8 @@ impl<'a> Planner<'a> {
             max_size,
             tree: PlacedTree::new(iv),
             used: Vec::new(),
-            free: Vec::new(),
+            packed: Vec::new(),
+            max_chunk_size,
         }
     }
 
@@ -287,18 +293,47 @@ impl<'a> Planner<'a> {
     }
 
     /// `MakeFreeChunksList` + `FindUnslicedChunkCandidates` (kBestFit, no preferred offset).
+    /// The free chunks are not collected: each is judged as the list would be walked (by
+    /// increasing offset, the open end last), keeping the first smallest that fits.
     fn find_chunk_candidate(&mut self, i: usize, max_colocation_size: i64) -> i64 {
         let x = &self.iv[i];
         let mut used = std::mem::take(&mut self.used);
         used.clear();
-        self.tree.overlapping(x.start, x.end, &mut used);
+        self.tree.overlapping_interval(i, &mut used);
         for &c in self.colocations(i) {
-            let ci = &self.iv[c as usize];
-            self.tree.overlapping(ci.start, ci.end, &mut used);
+            self.tree.overlapping_interval(c as usize, &mut used);
         }
-        used.sort_unstable_by_key(|&(o, _)| o);
-        let free = &mut self.free;
-        free.clear();
+        // By offset; equal offsets merge into one run whatever their order. Sorted as single
+        // words (offset above size) when both fit in 64 bits: about twice as fast.
+        let size_bits = 64 - self.max_chunk_size.leading_zeros();
+        let offset_bits = 64 - (self.tree.max_chunk_end as u64).leading_zeros();
+        if size_bits + offset_bits <= 64 && size_bits < 64 {
+            let mut packed = std::mem::take(&mut self.packed);
+            packed.clear();
+            packed.extend(used.iter().map(|&(o, s)| ((o as u64) << size_bits) | s as u64));
+            packed.sort_unstable();
+            let mask = (1u64 << size_bits) - 1;
+            used.clear();
+            used.extend(packed.iter().map(|&k| ((k >> size_bits) as i64, (k & mask) as i64)));
+            self.packed = packed;
+        } else {
+            used.sort_unstable();
+        }
+        let alignment = self.alignment;
+        let mut best_offset = -1i64;
+        let mut best_size = i64::MAX;
+        // A free chunk [start, end) of MakeFreeChunksList, through the best-fit filter.
+        let mut consider = |start: i64, end: i64| {
+            let aligned_start = align_up(start, alignment);
+            if end - max_colocation_size < aligned_start {
+                return;
+            }
+            let size = end - start;
+            if best_offset < 0 || size < best_size {
+                best_size = size;
+                best_offset = aligned_start;
+            }
+        };
         let mut current_free_chunk_start = 0i64;
         if let Some(&(o0, s0)) = used.first() {
             let (mut current_offset, mut current_end) = (o0, o0 + s0);
@@ -307,53 +342,48 @@ impl<'a> Planner<'a> {
                     current_end = current_end.max(o + s);
                 } else {
                     if current_offset - current_free_chunk_start >= x.size {
-                        free.push((current_free_chunk_start, current_offset));
+                        consider(current_free_chunk_start, current_offset);
                     }
-                    current_free_chunk_start = current_free_chunk_start.max(align_up(current_end, self.alignment));
+                    current_free_chunk_start = current_free_chunk_start.max(align_up(current_end, alignment));
                     current_offset = o;
                     current_end = o + s;
                 }
             }
             if current_offset - current_free_chunk_start >= x.size {
-                free.push((current_free_chunk_start, current_offset));
+                consider(current_free_chunk_start, current_offset);
             }
-            current_free_chunk_start = current_free_chunk_start.max(align_up(current_end, self.alignment));
+            current_free_chunk_start = current_free_chunk_start.max(align_up(current_end, alignment));
         }
-        free.push((current_free_chunk_start, i64::MAX));
-        // Best fit: smallest (size, start) free chunk that fits max_colocation_size at its
-        // aligned start.
-        let mut best_offset = -1i64;
-        let mut best_size = i64::MAX;
-        for &(start, end) in free.iter() {
-            let aligned_start = align_up(start, self.alignment);
-            if end - max_colocation_size < aligned_start {
-                continue;
-            }
-            let size = end - start;
-            if best_offset < 0 || size < best_size {
-                best_size = size;
-                best_offset = aligned_start;
-            }
-        }
+        consider(current_free_chunk_start, i64::MAX);
         self.used = used;
         best_offset
     }
 }
 
 /// `ComputeAlignedChunkEnd` (alignment 1: unchanged).
+#[inline]
 fn align_up(x: i64, a: i64) -> i64 {
     if a <= 1 {
         x
+    } else if a & (a - 1) == 0 && x >= 0 {
+        // A power of two (XLA's alignments are): a mask, not a division.
+        (x + a - 1) & !(a - 1)
     } else {
         (x + a - 1) / a * a
     }
 }
 
 /// The placed chunks, queried by time overlap (`BufferIntervalTree`): all intervals sorted by
-/// start into slots; each slot holds its end once placed (-1 before) and its chunk. Slots are
-/// grouped in blocks of `BLOCK`, and a segment tree over the blocks holds each block's largest
-/// placed end, so a query visits only blocks holding a placed interval that overlaps, and
-/// scans those linearly.
+/// start into slots; each slot holds its end once placed (-1 before) and its chunk.
+///
+/// Every `stride` slots a checkpoint lists the earlier slots whose interval is still live at
+/// the last start before it. A query `[start, end]` takes the last checkpoint at or before
+/// `start`: the intervals overlapping it are that checkpoint's live ones that end at or after
+/// `start`, and the slots from the checkpoint up to the last starting at or before `end`.
+/// So a query reads about (intervals live at `start`) + `stride` + (intervals starting during
+/// it) contiguous entries, and only placed ones are reported. The stride grows until the lists
+/// hold at most about eight times as many entries as there are intervals (a trace where everything
+/// lives long gets few checkpoints).
 struct PlacedTree {
     /// Interval index → slot.
     slot_of: Vec<u32>,
@@ -361,15 +391,31 @@ struct PlacedTree {
     starts: Vec<i64>,
     /// Slot → end of its interval.
     ends: Vec<i64>,
-    /// Slot → end if placed, else -1.
-    placed_end: Vec<i64>,
-    chunk: Vec<(i64, i64)>,
-    /// Segment tree over blocks: max placed end (-1: none placed below).
-    max_end: Vec<i64>,
-    blocks: usize,
+    /// Slot → the number of slots starting at or before its end (a query's upper bound,
+    /// found once rather than by a binary search per query).
+    upto_end: Vec<u32>,
+    /// Slot → end if placed (else -1) and chunk: one cache line read per candidate.
+    placed: Vec<PlacedSlot>,
+    /// Highest end of a placed chunk (bounds the offsets a query returns).
+    max_chunk_end: i64,
+    stride: usize,
+    /// Checkpoint k (at slot k * stride): `live[live_start[k]..live_start[k + 1]]`, the slots
+    /// before it whose end is at or after the start of slot k * stride - 1.
+    live_start: Vec<u32>,
+    live: Vec<u32>,
 }
 
-const BLOCK: usize = 32;
+#[derive(Debug, Clone, Copy)]
+struct PlacedSlot {
+    /// The interval's end once placed, -1 before.
+    end: i64,
+    offset: i64,
+    size: i64,
+}
+
+impl PlacedSlot {
+    const EMPTY: PlacedSlot = PlacedSlot { end: -1, offset: 0, size: 0 };
+}
 
 impl PlacedTree {
     fn new(iv: &[BufferInterval]) -> Self {
@@ -384,63 +430,98 @@ impl PlacedTree {
             starts.push(iv[i as usize].start);
             ends.push(iv[i as usize].end);
         }
-        let blocks = n.div_ceil(BLOCK).next_power_of_two().max(1);
-        PlacedTree { slot_of, starts, ends, placed_end: vec![-1; n], chunk: vec![(0, 0); n], max_end: vec![-1; 2 * blocks], blocks }
+        // Checkpoint k >= 1 at slot p = k * stride holds the slots j < p with ends[j] >=
+        // starts[p - 1]: p minus the intervals ending before starts[p - 1] (all of which start
+        // before it too).
+        let mut sorted_ends = ends.clone();
+        sorted_ends.sort_unstable();
+        let mut by_end: Vec<u32> = (0..n as u32).collect();
+        by_end.sort_unstable_by_key(|&j| ends[j as usize]);
+        let mut upto_end = vec![0u32; n];
+        let mut hi = 0usize;
+        for &j in &by_end {
+            while hi < n && starts[hi] <= ends[j as usize] {
+                hi += 1;
+            }
+            upto_end[j as usize] = hi as u32;
+        }
+        let list_len = |p: usize| p.saturating_sub(sorted_ends.partition_point(|&e| e < starts[p - 1]));
+        let mut stride = 32usize;
+        while stride < n && (1..=(n - 1) / stride).map(|k| list_len(k * stride)).sum::<usize>() > 8 * n + 1024 {
+            stride *= 2;
+        }
+        let checkpoints = if n == 0 { 1 } else { (n - 1) / stride + 1 };
+        // Slot j belongs to checkpoints k > j / stride while starts[k * stride - 1] <= ends[j]:
+        // counted, then filled.
+        let (st, en) = (&starts, &ends);
+        let member_of = |j: usize| (j / stride + 1..checkpoints).take_while(move |&k| st[k * stride - 1] <= en[j]);
+        let mut live_start = vec![0u32; checkpoints + 1];
+        for j in 0..n {
+            for k in member_of(j) {
+                live_start[k + 1] += 1;
+            }
+        }
+        for k in 0..checkpoints {
+            live_start[k + 1] += live_start[k];
+        }
+        let mut fill: Vec<u32> = live_start[..checkpoints].to_vec();
+        let mut live = vec![0u32; live_start[checkpoints] as usize];
+        for j in 0..n {
+            for k in member_of(j) {
+                live[fill[k] as usize] = j as u32;
+                fill[k] += 1;
+            }
+        }
+        PlacedTree { slot_of, starts, ends, upto_end, placed: vec![PlacedSlot::EMPTY; n], max_chunk_end: 0, stride, live_start, live }
     }
 
     fn clear(&mut self) {
-        self.max_end.iter_mut().for_each(|e| *e = -1);
-        self.placed_end.iter_mut().for_each(|e| *e = -1);
+        self.placed.iter_mut().for_each(|p| *p = PlacedSlot::EMPTY);
+        self.max_chunk_end = 0;
     }
 
     fn add(&mut self, interval: usize, offset: i64, size: i64) {
         let slot = self.slot_of[interval] as usize;
-        self.chunk[slot] = (offset, size);
-        let end = self.ends[slot];
-        self.placed_end[slot] = end;
-        let mut node = slot / BLOCK + self.blocks;
-        while node >= 1 && self.max_end[node] < end {
-            self.max_end[node] = end;
-            node /= 2;
-        }
+        self.placed[slot] = PlacedSlot { end: self.ends[slot], offset, size };
+        self.max_chunk_end = self.max_chunk_end.max(offset.saturating_add(size));
     }
 
     /// Appends the chunks of placed intervals with `start' <= end && end' >= start`
     /// (`ApplyToNodesOverlappingInTime`, inclusive ends).
+    #[cfg(test)]
     fn overlapping(&self, start: i64, end: i64, out: &mut Vec<(i64, i64)>) {
-        // Slots [0, hi) have start' <= end.
+        // Slots [0, hi) have start' <= end; [0, at) have start' <= start.
         let hi = self.starts.partition_point(|&s| s <= end);
-        if hi == 0 || self.max_end[1] < start {
-            return;
+        let at = self.starts[..hi].partition_point(|&s| s <= start);
+        self.overlapping_slots(start, at, hi, out);
+    }
+
+    /// [`Self::overlapping`] of an interval's own lifetime. The slots up to and including its
+    /// own start at or before its start (all of them when starts are distinct, as the
+    /// builder's are; any fewer only means a longer scan).
+    fn overlapping_interval(&self, interval: usize, out: &mut Vec<(i64, i64)>) {
+        let slot = self.slot_of[interval] as usize;
+        self.overlapping_slots(self.starts[slot], slot + 1, self.upto_end[slot] as usize, out);
+    }
+
+    /// Slots [0, hi) start at or before the query's end, [0, at) at or before its `start`
+    /// (or `at` lower: then more slots are scanned).
+    #[inline]
+    fn overlapping_slots(&self, start: i64, at: usize, hi: usize, out: &mut Vec<(i64, i64)>) {
+        // The last checkpoint p = k * stride <= at: starts[p - 1] <= start, so every slot
+        // before p still live at `start` is in its list.
+        let k = (at / self.stride).min(self.live_start.len() - 2);
+        let (a, b) = (self.live_start[k] as usize, self.live_start[k + 1] as usize);
+        for &j in &self.live[a..b] {
+            let p = &self.placed[j as usize];
+            if p.end >= start {
+                out.push((p.offset, p.size));
+            }
         }
-        let hi_block = (hi - 1) / BLOCK; // last block holding a candidate
-                                         // Iterative DFS over the block tree: (node, first block, width in blocks).
-        let mut stack: [(u32, u32, u32); 64] = [(0, 0, 0); 64];
-        let mut sp = 0usize;
-        stack[sp] = (1, 0, self.blocks as u32);
-        sp += 1;
-        while sp > 0 {
-            sp -= 1;
-            let (node, lo, width) = stack[sp];
-            let node = node as usize;
-            if self.max_end[node] < start || lo as usize > hi_block {
-                continue;
+        for p in &self.placed[(k * self.stride).min(hi)..hi] {
+            if p.end >= start {
+                out.push((p.offset, p.size));
             }
-            if width == 1 {
-                let a = lo as usize * BLOCK;
-                let b = (a + BLOCK).min(hi);
-                for slot in a..b {
-                    if self.placed_end[slot] >= start {
-                        out.push(self.chunk[slot]);
-                    }
-                }
-                continue;
-            }
-            let half = width / 2;
-            stack[sp] = ((2 * node + 1) as u32, lo + half, half);
-            sp += 1;
-            stack[sp] = ((2 * node) as u32, lo, half);
-            sp += 1;
         }
     }
 }
@@ -567,5 +648,123 @@ mod tests {
         out.clear();
         t.overlapping(0, 0, &mut out);
         assert_eq!(out, vec![(10, 1)]);
+    }
+
+    /// The planner as upstream writes it (every placed interval tested for overlap, the free
+    /// chunk list built, then searched), on random intervals with colocations.
+    fn reference(iv: &[BufferInterval], alignment: i64, strategy: Strategy) -> Vec<i64> {
+        let planner = Planner::new(iv, alignment);
+        let mut order: Vec<usize> = (0..iv.len()).filter(|&i| iv[i].need_allocation).collect();
+        match strategy {
+            Strategy::Spatial => order.sort_by_key(|&i| (-iv[i].size, iv[i].start - iv[i].end, iv[i].key, i)),
+            Strategy::Temporal => order.sort_by_key(|&i| (planner.min_start[i] - planner.max_end[i], -iv[i].size, iv[i].key, i)),
+        }
+        let a = alignment.max(1);
+        let mut offsets = vec![-1i64; iv.len()];
+        let mut placed: Vec<usize> = Vec::new();
+        for &i in &order {
+            let max_size = planner.max_size[i];
+            let mut used = Vec::new();
+            let mut spans = vec![(iv[i].start, iv[i].end)];
+            spans.extend(planner.colocations(i).iter().map(|&c| (iv[c as usize].start, iv[c as usize].end)));
+            for &(s, e) in &spans {
+                for &p in &placed {
+                    if iv[p].start <= e && iv[p].end >= s {
+                        used.push((offsets[p], planner.max_size_of_chunk(p, &offsets, &order)));
+                    }
+                }
+            }
+            used.sort_by_key(|&(o, _)| o);
+            let mut free = Vec::new();
+            let mut cfs = 0i64;
+            if let Some(&(o0, s0)) = used.first() {
+                let (mut co, mut ce) = (o0, o0 + s0);
+                for &(o, s) in &used[1..] {
+                    if o < ce {
+                        ce = ce.max(o + s);
+                    } else {
+                        if co - cfs >= iv[i].size {
+                            free.push((cfs, co));
+                        }
+                        cfs = cfs.max(align_up(ce, a));
+                        co = o;
+                        ce = o + s;
+                    }
+                }
+                if co - cfs >= iv[i].size {
+                    free.push((cfs, co));
+                }
+                cfs = cfs.max(align_up(ce, a));
+            }
+            free.push((cfs, i64::MAX));
+            let (mut best, mut best_size) = (-1i64, i64::MAX);
+            for &(s, e) in &free {
+                let al = align_up(s, a);
+                if e - max_size < al {
+                    continue;
+                }
+                if best < 0 || e - s < best_size {
+                    best_size = e - s;
+                    best = al;
+                }
+            }
+            offsets[i] = best;
+            placed.push(i);
+            for &c in planner.colocations(i) {
+                offsets[c as usize] = best;
+                placed.push(c as usize);
+            }
+        }
+        offsets
+    }
+
+    impl Planner<'_> {
+        /// The chunk size an interval was placed with: its canonical's max colocation size.
+        fn max_size_of_chunk(&self, p: usize, _offsets: &[i64], order: &[usize]) -> i64 {
+            if self.iv[p].need_allocation {
+                return self.max_size[p];
+            }
+            let canonical = order.iter().find(|&&c| self.colocations(c).contains(&(p as u32))).expect("canonical");
+            self.max_size[*canonical]
+        }
+    }
+
+    #[test]
+    fn placements_match_the_upstream_algorithm_on_random_intervals() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for round in 0..60 {
+            let n = 1 + rnd(if round < 30 { 40 } else { 400 }) as u32;
+            let mut b = HeapBuilder::default();
+            let mut live: Vec<(u32, i64)> = Vec::new();
+            let max_live = 1 + rnd(64) as usize;
+            for h in 0..n {
+                let big = rnd(3) == 0;
+                let size = if rnd(10) == 0 { 0 } else { 1 + rnd(if big { 5000 } else { 300 }) as i64 };
+                if !live.is_empty() && rnd(4) == 0 {
+                    let (with, wsize) = live[rnd(live.len() as u64) as usize];
+                    b.share_with(h, h as u64 ^ 5, with, size.max(wsize.min(size + 1)));
+                } else {
+                    b.alloc(h, (h as u64 * 7919) % 97, size);
+                }
+                live.push((h, size));
+                while live.len() > max_live || (!live.is_empty() && rnd(3) == 0) {
+                    let (f, fs) = live.swap_remove(rnd(live.len() as u64) as usize);
+                    b.free(f, fs);
+                }
+            }
+            b.free_all_open();
+            for alignment in [1, 64] {
+                for strategy in [Strategy::Spatial, Strategy::Temporal] {
+                    let got = plan_with(&b.intervals, alignment, strategy);
+                    assert_eq!(got.offsets, reference(&b.intervals, alignment, strategy), "round {round} n {n} {strategy:?} a {alignment}");
+                }
+            }
+        }
     }
 }
