@@ -296,68 +296,83 @@ impl<'a> Planner<'a> {
     /// The free chunks are not collected: each is judged as the list would be walked (by
     /// increasing offset, the open end last), keeping the first smallest that fits.
     fn find_chunk_candidate(&mut self, i: usize, max_colocation_size: i64) -> i64 {
-        let x = &self.iv[i];
-        let mut used = std::mem::take(&mut self.used);
-        used.clear();
-        self.tree.overlapping_interval(i, &mut used);
-        for &c in self.colocations(i) {
-            self.tree.overlapping_interval(c as usize, &mut used);
-        }
-        // By offset; equal offsets merge into one run whatever their order. Sorted as single
-        // words (offset above size) when both fit in 64 bits: about twice as fast.
+        let size = self.iv[i].size;
+        // The used chunks by offset; equal offsets merge into one run whatever their order.
+        // Collected and sorted as single words (offset above size) when both fit in 64 bits:
+        // about twice as fast as pairs.
         let size_bits = 64 - self.max_chunk_size.leading_zeros();
         let offset_bits = 64 - (self.tree.max_chunk_end as u64).leading_zeros();
         if size_bits + offset_bits <= 64 && size_bits < 64 {
             let mut packed = std::mem::take(&mut self.packed);
             packed.clear();
-            packed.extend(used.iter().map(|&(o, s)| ((o as u64) << size_bits) | s as u64));
+            let mut push = |o: i64, s: i64| packed.push(((o as u64) << size_bits) | s as u64);
+            self.tree.overlapping_interval(i, &mut push);
+            for &c in self.colocations(i) {
+                self.tree.overlapping_interval(c as usize, &mut push);
+            }
             packed.sort_unstable();
             let mask = (1u64 << size_bits) - 1;
-            used.clear();
-            used.extend(packed.iter().map(|&k| ((k >> size_bits) as i64, (k & mask) as i64)));
+            let sorted = packed.iter().map(|&k| ((k >> size_bits) as i64, (k & mask) as i64));
+            let offset = best_fit(sorted, size, max_colocation_size, self.alignment);
             self.packed = packed;
+            offset
         } else {
+            let mut used = std::mem::take(&mut self.used);
+            used.clear();
+            let mut push = |o: i64, s: i64| used.push((o, s));
+            self.tree.overlapping_interval(i, &mut push);
+            for &c in self.colocations(i) {
+                self.tree.overlapping_interval(c as usize, &mut push);
+            }
             used.sort_unstable();
+            let offset = best_fit(used.iter().copied(), size, max_colocation_size, self.alignment);
+            self.used = used;
+            offset
         }
-        let alignment = self.alignment;
-        let mut best_offset = -1i64;
-        let mut best_size = i64::MAX;
-        // A free chunk [start, end) of MakeFreeChunksList, through the best-fit filter.
-        let mut consider = |start: i64, end: i64| {
-            let aligned_start = align_up(start, alignment);
-            if end - max_colocation_size < aligned_start {
-                return;
-            }
-            let size = end - start;
-            if best_offset < 0 || size < best_size {
-                best_size = size;
-                best_offset = aligned_start;
-            }
-        };
-        let mut current_free_chunk_start = 0i64;
-        if let Some(&(o0, s0)) = used.first() {
-            let (mut current_offset, mut current_end) = (o0, o0 + s0);
-            for &(o, s) in &used[1..] {
-                if o < current_end {
-                    current_end = current_end.max(o + s);
-                } else {
-                    if current_offset - current_free_chunk_start >= x.size {
-                        consider(current_free_chunk_start, current_offset);
-                    }
-                    current_free_chunk_start = current_free_chunk_start.max(align_up(current_end, alignment));
-                    current_offset = o;
-                    current_end = o + s;
-                }
-            }
-            if current_offset - current_free_chunk_start >= x.size {
-                consider(current_free_chunk_start, current_offset);
-            }
-            current_free_chunk_start = current_free_chunk_start.max(align_up(current_end, alignment));
-        }
-        consider(current_free_chunk_start, i64::MAX);
-        self.used = used;
-        best_offset
     }
+}
+
+/// `MakeFreeChunksList` over the used chunks sorted by offset, each free chunk judged as the
+/// list would be walked (by increasing offset, the open end last) by
+/// `FindUnslicedChunkCandidates`' best fit: the first smallest that holds `max_colocation_size`
+/// at its aligned start. Chunks shorter than the buffer's own `size` are not listed.
+#[inline]
+fn best_fit(mut used: impl Iterator<Item = (i64, i64)>, size: i64, max_colocation_size: i64, alignment: i64) -> i64 {
+    let mut best_offset = -1i64;
+    let mut best_size = i64::MAX;
+    let mut consider = |start: i64, end: i64| {
+        let aligned_start = align_up(start, alignment);
+        if end - max_colocation_size < aligned_start {
+            return;
+        }
+        let size = end - start;
+        if best_offset < 0 || size < best_size {
+            best_size = size;
+            best_offset = aligned_start;
+        }
+    };
+    let mut current_free_chunk_start = 0i64;
+    if let Some((o0, s0)) = used.next() {
+        let (mut current_offset, mut current_end) = (o0, o0 + s0);
+        for (o, s) in used {
+            if o < current_end {
+                current_end = current_end.max(o + s);
+            } else {
+                if current_offset - current_free_chunk_start >= size {
+                    consider(current_free_chunk_start, current_offset);
+                }
+                current_free_chunk_start = current_free_chunk_start.max(align_up(current_end, alignment));
+                current_offset = o;
+                current_end = o + s;
+            }
+        }
+        if current_offset - current_free_chunk_start >= size {
+            consider(current_free_chunk_start, current_offset);
+        }
+        current_free_chunk_start = current_free_chunk_start.max(align_up(current_end, alignment));
+    }
+    consider(current_free_chunk_start, i64::MAX);
+    best_offset
 }
 
 /// `ComputeAlignedChunkEnd` (alignment 1: unchanged).
@@ -486,20 +501,21 @@ impl PlacedTree {
         self.max_chunk_end = self.max_chunk_end.max(offset.saturating_add(size));
     }
 
-    /// Appends the chunks of placed intervals with `start' <= end && end' >= start`
+    /// The chunks of placed intervals with `start' <= end && end' >= start`
     /// (`ApplyToNodesOverlappingInTime`, inclusive ends).
     #[cfg(test)]
     fn overlapping(&self, start: i64, end: i64, out: &mut Vec<(i64, i64)>) {
         // Slots [0, hi) have start' <= end; [0, at) have start' <= start.
         let hi = self.starts.partition_point(|&s| s <= end);
         let at = self.starts[..hi].partition_point(|&s| s <= start);
-        self.overlapping_slots(start, at, hi, out);
+        self.overlapping_slots(start, at, hi, &mut |o, s| out.push((o, s)));
     }
 
     /// [`Self::overlapping`] of an interval's own lifetime. The slots up to and including its
     /// own start at or before its start (all of them when starts are distinct, as the
     /// builder's are; any fewer only means a longer scan).
-    fn overlapping_interval(&self, interval: usize, out: &mut Vec<(i64, i64)>) {
+    #[inline]
+    fn overlapping_interval(&self, interval: usize, out: &mut impl FnMut(i64, i64)) {
         let slot = self.slot_of[interval] as usize;
         self.overlapping_slots(self.starts[slot], slot + 1, self.upto_end[slot] as usize, out);
     }
@@ -507,7 +523,7 @@ impl PlacedTree {
     /// Slots [0, hi) start at or before the query's end, [0, at) at or before its `start`
     /// (or `at` lower: then more slots are scanned).
     #[inline]
-    fn overlapping_slots(&self, start: i64, at: usize, hi: usize, out: &mut Vec<(i64, i64)>) {
+    fn overlapping_slots(&self, start: i64, at: usize, hi: usize, out: &mut impl FnMut(i64, i64)) {
         // The last checkpoint p = k * stride <= at: starts[p - 1] <= start, so every slot
         // before p still live at `start` is in its list.
         let k = (at / self.stride).min(self.live_start.len() - 2);
@@ -515,12 +531,12 @@ impl PlacedTree {
         for &j in &self.live[a..b] {
             let p = &self.placed[j as usize];
             if p.end >= start {
-                out.push((p.offset, p.size));
+                out(p.offset, p.size);
             }
         }
         for p in &self.placed[(k * self.stride).min(hi)..hi] {
             if p.end >= start {
-                out.push((p.offset, p.size));
+                out(p.offset, p.size);
             }
         }
     }
