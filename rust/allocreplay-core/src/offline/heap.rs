@@ -298,11 +298,35 @@ impl<'a> Planner<'a> {
     fn find_chunk_candidate(&mut self, i: usize, max_colocation_size: i64) -> i64 {
         let size = self.iv[i].size;
         // The used chunks by offset; equal offsets merge into one run whatever their order.
-        // Collected and sorted as single words (offset above size) when both fit in 64 bits:
-        // about twice as fast as pairs.
+        // Those of intervals live at the last checkpoint come sorted from its list; the rest
+        // (started since) are collected and sorted, as single words (offset above size) when
+        // both fit in 64 bits: about twice as fast as pairs.
         let size_bits = 64 - self.max_chunk_size.leading_zeros();
         let offset_bits = 64 - (self.tree.max_chunk_end as u64).leading_zeros();
-        if size_bits + offset_bits <= 64 && size_bits < 64 {
+        let packable = size_bits + offset_bits <= 64 && size_bits < 64;
+        if self.colocations(i).is_empty() {
+            let (start, k, lo, hi) = self.tree.query_parts(i);
+            let listed = self.tree.live_at(k, start);
+            if packable {
+                let mut packed = std::mem::take(&mut self.packed);
+                packed.clear();
+                self.tree.slots_at(lo, hi, start, &mut |o: i64, s: i64| packed.push(((o as u64) << size_bits) | s as u64));
+                packed.sort_unstable();
+                let mask = (1u64 << size_bits) - 1;
+                let rest = packed.iter().map(|&k| ((k >> size_bits) as i64, (k & mask) as i64));
+                let offset = best_fit(MergeByOffset::new(listed, rest), size, max_colocation_size, self.alignment);
+                self.packed = packed;
+                return offset;
+            }
+            let mut used = std::mem::take(&mut self.used);
+            used.clear();
+            self.tree.slots_at(lo, hi, start, &mut |o: i64, s: i64| used.push((o, s)));
+            used.sort_unstable();
+            let offset = best_fit(MergeByOffset::new(listed, used.iter().copied()), size, max_colocation_size, self.alignment);
+            self.used = used;
+            return offset;
+        }
+        if packable {
             let mut packed = std::mem::take(&mut self.packed);
             packed.clear();
             let mut push = |o: i64, s: i64| packed.push(((o as u64) << size_bits) | s as u64);
@@ -328,6 +352,38 @@ impl<'a> Planner<'a> {
             let offset = best_fit(used.iter().copied(), size, max_colocation_size, self.alignment);
             self.used = used;
             offset
+        }
+    }
+}
+
+/// Two streams of (offset, size), each sorted by offset, as one sorted by offset (ties in
+/// either order: equal offsets merge into one run).
+struct MergeByOffset<A: Iterator<Item = (i64, i64)>, B: Iterator<Item = (i64, i64)>> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+}
+
+impl<A: Iterator<Item = (i64, i64)>, B: Iterator<Item = (i64, i64)>> MergeByOffset<A, B> {
+    fn new(a: A, b: B) -> Self {
+        MergeByOffset { a: a.peekable(), b: b.peekable() }
+    }
+}
+
+impl<A: Iterator<Item = (i64, i64)>, B: Iterator<Item = (i64, i64)>> Iterator for MergeByOffset<A, B> {
+    type Item = (i64, i64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(i64, i64)> {
+        match (self.a.peek(), self.b.peek()) {
+            (Some(x), Some(y)) => {
+                if x.0 <= y.0 {
+                    self.a.next()
+                } else {
+                    self.b.next()
+                }
+            }
+            (Some(_), None) => self.a.next(),
+            _ => self.b.next(),
         }
     }
 }
@@ -414,10 +470,14 @@ struct PlacedTree {
     /// Highest end of a placed chunk (bounds the offsets a query returns).
     max_chunk_end: i64,
     stride: usize,
-    /// Checkpoint k (at slot k * stride): `live[live_start[k]..live_start[k + 1]]`, the slots
-    /// before it whose end is at or after the start of slot k * stride - 1.
+    /// Checkpoint k (at slot k * stride) can list the slots before it whose end is at or after
+    /// the start of slot k * stride - 1: room for them at `live[live_start[k]..live_start[k +
+    /// 1]]`. The first `live_len[k]` entries are those placed so far, by chunk offset
+    /// (`live_off`: their offsets, for the binary search of an insertion).
     live_start: Vec<u32>,
+    live_len: Vec<u32>,
     live: Vec<u32>,
+    live_off: Vec<i64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -461,7 +521,7 @@ impl PlacedTree {
             upto_end[j as usize] = hi as u32;
         }
         let list_len = |p: usize| p.saturating_sub(sorted_ends.partition_point(|&e| e < starts[p - 1]));
-        let mut stride = 32usize;
+        let mut stride = 128usize;
         while stride < n && (1..=(n - 1) / stride).map(|k| list_len(k * stride)).sum::<usize>() > 8 * n + 1024 {
             stride *= 2;
         }
@@ -479,19 +539,25 @@ impl PlacedTree {
         for k in 0..checkpoints {
             live_start[k + 1] += live_start[k];
         }
-        let mut fill: Vec<u32> = live_start[..checkpoints].to_vec();
-        let mut live = vec![0u32; live_start[checkpoints] as usize];
-        for j in 0..n {
-            for k in member_of(j) {
-                live[fill[k] as usize] = j as u32;
-                fill[k] += 1;
-            }
+        let total = live_start[checkpoints] as usize;
+        PlacedTree {
+            slot_of,
+            starts,
+            ends,
+            upto_end,
+            placed: vec![PlacedSlot::EMPTY; n],
+            max_chunk_end: 0,
+            stride,
+            live_start,
+            live_len: vec![0; checkpoints],
+            live: vec![0; total],
+            live_off: vec![0; total],
         }
-        PlacedTree { slot_of, starts, ends, upto_end, placed: vec![PlacedSlot::EMPTY; n], max_chunk_end: 0, stride, live_start, live }
     }
 
     fn clear(&mut self) {
         self.placed.iter_mut().for_each(|p| *p = PlacedSlot::EMPTY);
+        self.live_len.iter_mut().for_each(|l| *l = 0);
         self.max_chunk_end = 0;
     }
 
@@ -499,6 +565,50 @@ impl PlacedTree {
         let slot = self.slot_of[interval] as usize;
         self.placed[slot] = PlacedSlot { end: self.ends[slot], offset, size };
         self.max_chunk_end = self.max_chunk_end.max(offset.saturating_add(size));
+        // Into the lists of the checkpoints it is live at, by offset.
+        let checkpoints = self.live_len.len();
+        let mut k = slot / self.stride + 1;
+        while k < checkpoints && self.starts[k * self.stride - 1] <= self.ends[slot] {
+            let a = self.live_start[k] as usize;
+            let len = self.live_len[k] as usize;
+            let at = a + self.live_off[a..a + len].partition_point(|&o| o < offset);
+            self.live.copy_within(at..a + len, at + 1);
+            self.live_off.copy_within(at..a + len, at + 1);
+            self.live[at] = slot as u32;
+            self.live_off[at] = offset;
+            self.live_len[k] += 1;
+            k += 1;
+        }
+    }
+
+    /// The parts of an interval's overlap query: the checkpoint whose placed list holds the
+    /// earlier slots still live (filter on `end >= start`), and the slots `lo..hi` after it.
+    #[inline]
+    fn query_parts(&self, interval: usize) -> (i64, usize, usize, usize) {
+        let slot = self.slot_of[interval] as usize;
+        let (start, at, hi) = (self.starts[slot], slot + 1, self.upto_end[slot] as usize);
+        let k = (at / self.stride).min(self.live_len.len() - 1);
+        (start, k, (k * self.stride).min(hi), hi)
+    }
+
+    /// The placed chunks in checkpoint `k`'s list that are live at or after `start`, by offset.
+    #[inline]
+    fn live_at(&self, k: usize, start: i64) -> impl Iterator<Item = (i64, i64)> + '_ {
+        let a = self.live_start[k] as usize;
+        self.live[a..a + self.live_len[k] as usize].iter().filter_map(move |&j| {
+            let p = &self.placed[j as usize];
+            (p.end >= start).then_some((p.offset, p.size))
+        })
+    }
+
+    /// The placed chunks of slots `lo..hi` live at or after `start`.
+    #[inline]
+    fn slots_at(&self, lo: usize, hi: usize, start: i64, out: &mut impl FnMut(i64, i64)) {
+        for p in &self.placed[lo..hi] {
+            if p.end >= start {
+                out(p.offset, p.size);
+            }
+        }
     }
 
     /// The chunks of placed intervals with `start' <= end && end' >= start`
@@ -526,19 +636,11 @@ impl PlacedTree {
     fn overlapping_slots(&self, start: i64, at: usize, hi: usize, out: &mut impl FnMut(i64, i64)) {
         // The last checkpoint p = k * stride <= at: starts[p - 1] <= start, so every slot
         // before p still live at `start` is in its list.
-        let k = (at / self.stride).min(self.live_start.len() - 2);
-        let (a, b) = (self.live_start[k] as usize, self.live_start[k + 1] as usize);
-        for &j in &self.live[a..b] {
-            let p = &self.placed[j as usize];
-            if p.end >= start {
-                out(p.offset, p.size);
-            }
+        let k = (at / self.stride).min(self.live_len.len() - 1);
+        for (o, s) in self.live_at(k, start) {
+            out(o, s);
         }
-        for p in &self.placed[(k * self.stride).min(hi)..hi] {
-            if p.end >= start {
-                out(p.offset, p.size);
-            }
-        }
+        self.slots_at((k * self.stride).min(hi), hi, start, out);
     }
 }
 
