@@ -200,6 +200,11 @@ struct Planner<'a> {
 
 impl<'a> Planner<'a> {
     fn new(iv: &'a [BufferInterval], alignment: i64) -> Self {
+        Self::with_lists(iv, alignment, None)
+    }
+
+    /// `sorted_lists`: force [`PlacedTree`]'s choice (tests cover both ways).
+    fn with_lists(iv: &'a [BufferInterval], alignment: i64, sorted_lists: Option<bool>) -> Self {
         let n = iv.len();
         let mut colo_start = Vec::with_capacity(n + 1);
         let mut colo = Vec::new();
@@ -239,7 +244,7 @@ impl<'a> Planner<'a> {
             min_start,
             max_end,
             max_size,
-            tree: PlacedTree::new(iv),
+            tree: PlacedTree::new(iv, sorted_lists),
             used: Vec::new(),
             packed: Vec::new(),
             max_chunk_size,
@@ -304,7 +309,7 @@ impl<'a> Planner<'a> {
         let size_bits = 64 - self.max_chunk_size.leading_zeros();
         let offset_bits = 64 - (self.tree.max_chunk_end as u64).leading_zeros();
         let packable = size_bits + offset_bits <= 64 && size_bits < 64;
-        if self.colocations(i).is_empty() {
+        if self.tree.sorted_lists && self.colocations(i).is_empty() {
             let (start, k, lo, hi) = self.tree.query_parts(i);
             let listed = self.tree.live_at(k, start);
             if packable {
@@ -475,10 +480,15 @@ struct PlacedTree {
     /// 1]]`. The first `live_len[k]` entries are those placed so far, by chunk offset
     /// (`live_off`: their offsets, for the binary search of an insertion).
     live_start: Vec<u32>,
+    /// False: each list holds all its members from the start, in slot order.
+    sorted_lists: bool,
     live_len: Vec<u32>,
     live: Vec<u32>,
     live_off: Vec<i64>,
 }
+
+/// Mean entries per checkpoint list above which the lists are kept sorted by offset.
+const SORTED_LISTS_FROM: usize = 512;
 
 #[derive(Debug, Clone, Copy)]
 struct PlacedSlot {
@@ -493,7 +503,7 @@ impl PlacedSlot {
 }
 
 impl PlacedTree {
-    fn new(iv: &[BufferInterval]) -> Self {
+    fn new(iv: &[BufferInterval], sorted_lists: Option<bool>) -> Self {
         let n = iv.len();
         let mut by_start: Vec<u32> = (0..n as u32).collect();
         by_start.sort_unstable_by_key(|&i| iv[i as usize].start);
@@ -521,9 +531,24 @@ impl PlacedTree {
             upto_end[j as usize] = hi as u32;
         }
         let list_len = |p: usize| p.saturating_sub(sorted_ends.partition_point(|&e| e < starts[p - 1]));
-        let mut stride = 128usize;
-        while stride < n && (1..=(n - 1) / stride).map(|k| list_len(k * stride)).sum::<usize>() > 8 * n + 1024 {
-            stride *= 2;
+        let pick_stride = |min: usize| {
+            let mut stride = min;
+            let sum = |stride: usize| (1..=(n.max(1) - 1) / stride).map(|k| list_len(k * stride)).sum::<usize>();
+            let mut total = sum(stride);
+            while stride < n && total > 8 * n + 1024 {
+                stride *= 2;
+                total = sum(stride);
+            }
+            (stride, total)
+        };
+        let (mut stride, total) = pick_stride(32);
+        // Many intervals live at each checkpoint (gpt2_train: ~640 on average, its weights and
+        // optimizer state): keep the lists sorted by offset as intervals are placed, sparing
+        // each query a sort of all of them. Few (the offline_plan bench: ~256): static lists,
+        // sorted per query, cost less than the insertions.
+        let sorted_lists = sorted_lists.unwrap_or(total > SORTED_LISTS_FROM * (n / stride).max(1));
+        if sorted_lists {
+            stride = pick_stride(128).0;
         }
         let checkpoints = if n == 0 { 1 } else { (n - 1) / stride + 1 };
         // Slot j belongs to checkpoints k > j / stride while starts[k * stride - 1] <= ends[j]:
@@ -540,6 +565,17 @@ impl PlacedTree {
             live_start[k + 1] += live_start[k];
         }
         let total = live_start[checkpoints] as usize;
+        let mut live = vec![0u32; total];
+        let mut live_len = vec![0u32; checkpoints];
+        if !sorted_lists {
+            // Every member listed once and for all; unplaced ones fail the `end >= start` test.
+            for j in 0..n {
+                for k in member_of(j) {
+                    live[(live_start[k] + live_len[k]) as usize] = j as u32;
+                    live_len[k] += 1;
+                }
+            }
+        }
         PlacedTree {
             slot_of,
             starts,
@@ -549,15 +585,18 @@ impl PlacedTree {
             max_chunk_end: 0,
             stride,
             live_start,
-            live_len: vec![0; checkpoints],
-            live: vec![0; total],
-            live_off: vec![0; total],
+            sorted_lists,
+            live_len,
+            live,
+            live_off: if sorted_lists { vec![0; total] } else { Vec::new() },
         }
     }
 
     fn clear(&mut self) {
         self.placed.iter_mut().for_each(|p| *p = PlacedSlot::EMPTY);
-        self.live_len.iter_mut().for_each(|l| *l = 0);
+        if self.sorted_lists {
+            self.live_len.iter_mut().for_each(|l| *l = 0);
+        }
         self.max_chunk_end = 0;
     }
 
@@ -565,6 +604,9 @@ impl PlacedTree {
         let slot = self.slot_of[interval] as usize;
         self.placed[slot] = PlacedSlot { end: self.ends[slot], offset, size };
         self.max_chunk_end = self.max_chunk_end.max(offset.saturating_add(size));
+        if !self.sorted_lists {
+            return;
+        }
         // Into the lists of the checkpoints it is live at, by offset.
         let checkpoints = self.live_len.len();
         let mut k = slot / self.stride + 1;
@@ -753,7 +795,7 @@ mod tests {
     #[test]
     fn overlap_query_is_inclusive_and_skips_unplaced() {
         let ivs = [iv(0, 1, 0, 4), iv(1, 1, 5, 9), iv(2, 1, 4, 5)];
-        let mut t = PlacedTree::new(&ivs);
+        let mut t = PlacedTree::new(&ivs, None);
         t.add(0, 10, 1);
         t.add(1, 20, 1);
         let mut out = vec![];
@@ -879,8 +921,11 @@ mod tests {
             b.free_all_open();
             for alignment in [1, 64] {
                 for strategy in [Strategy::Spatial, Strategy::Temporal] {
-                    let got = plan_with(&b.intervals, alignment, strategy);
-                    assert_eq!(got.offsets, reference(&b.intervals, alignment, strategy), "round {round} n {n} {strategy:?} a {alignment}");
+                    let want = reference(&b.intervals, alignment, strategy);
+                    for lists in [None, Some(false), Some(true)] {
+                        let got = Planner::with_lists(&b.intervals, alignment, lists).run(strategy);
+                        assert_eq!(got.offsets, want, "round {round} n {n} {strategy:?} a {alignment} sorted lists {lists:?}");
+                    }
                 }
             }
         }
