@@ -4,10 +4,9 @@
 //! of the CUDA driver's virtual address placement measured on an H200
 //! (docs/driver-address-space.md).
 
-use std::collections::BTreeMap;
-
 use rustc_hash::FxHashMap;
 
+use super::range_tree::RangeTree;
 use super::DeviceEvent;
 use crate::trace::Action;
 
@@ -31,8 +30,9 @@ struct Region {
     end: u64,
     /// Allocations living in the region.
     live: u32,
-    /// Unused ranges start -> end, inside the region.
-    holes: BTreeMap<u64, u64>,
+    /// Starts of the unused ranges inside the region (in [`AddressSpace::holes`]): a region
+    /// carved by a `cudaMalloc` has at most one, its tail; the context's has two.
+    holes: Vec<u64>,
 }
 
 /// The CUDA driver's placement of `cudaMalloc` allocations in the device's virtual address
@@ -51,9 +51,16 @@ struct Region {
 /// The context's own allocations leave two holes above the first region (2 MiB at +414 MiB and
 /// 24 MiB at +488 MiB, in a fresh process); they are modelled too.
 #[derive(Debug, Clone)]
+///
+/// Both searches (the lowest hole that fits, the highest free range that fits) are O(log n):
+/// the holes of every region and the free ranges are each kept in a [`RangeTree`], which knows
+/// the longest range under each of its nodes.
 pub struct AddressSpace {
-    free: BTreeMap<u64, u64>,
-    regions: BTreeMap<u64, Region>,
+    /// Free address space: start -> end.
+    free: RangeTree,
+    /// Every region's holes: start -> end, tagged with the region's base.
+    holes: RangeTree,
+    regions: FxHashMap<u64, Region>,
     /// Allocation address -> the base of its region.
     owner: FxHashMap<u64, u64>,
     /// Next `cuMemAddressReserve` address.
@@ -68,17 +75,18 @@ impl Default for AddressSpace {
 
 impl AddressSpace {
     pub fn new() -> Self {
-        let mut regions = BTreeMap::new();
+        let mut regions = FxHashMap::default();
+        let mut holes = RangeTree::new();
         // The context's region (never freed), with the holes a fresh process shows.
-        regions.insert(
-            VA_TOP + 400 * MIB,
-            Region {
-                end: VA_TOP + 512 * MIB,
-                live: 1 << 30,
-                holes: BTreeMap::from([(VA_TOP + 414 * MIB, VA_TOP + 416 * MIB), (VA_TOP + 488 * MIB, VA_TOP + 512 * MIB)]),
-            },
-        );
-        AddressSpace { free: BTreeMap::from([(VA_BOTTOM, VA_TOP)]), regions, owner: FxHashMap::default(), reserve_next: RESERVE_BASE }
+        let base = VA_TOP + 400 * MIB;
+        let context_holes = [(VA_TOP + 414 * MIB, VA_TOP + 416 * MIB), (VA_TOP + 488 * MIB, VA_TOP + 512 * MIB)];
+        for (s, e) in context_holes {
+            holes.insert(s, e, base);
+        }
+        regions.insert(base, Region { end: VA_TOP + 512 * MIB, live: 1 << 30, holes: context_holes.iter().map(|h| h.0).collect() });
+        let mut free = RangeTree::new();
+        free.insert(VA_BOTTOM, VA_TOP, 0);
+        AddressSpace { free, holes, regions, owner: FxHashMap::default(), reserve_next: RESERVE_BASE }
     }
 
     /// `cudaMalloc(size)`'s address; `None` when the modelled address space has no room (a
@@ -86,33 +94,33 @@ impl AddressSpace {
     pub fn malloc(&mut self, size: u64) -> Option<u64> {
         let need = size.div_ceil(VA_PAGE).max(1).saturating_mul(VA_PAGE);
         // 2. The lowest hole that fits.
-        let hole = self
-            .regions
-            .iter()
-            .flat_map(|(&base, r)| r.holes.iter().map(move |(&s, &e)| (s, e, base)))
-            .filter(|&(s, e, _)| e - s >= need)
-            .min_by_key(|&(s, _, _)| s);
-        if let Some((s, e, base)) = hole {
+        if let Some((s, e, base)) = self.holes.lowest_fit(need) {
             let r = self.regions.get_mut(&base).expect("region");
-            r.holes.remove(&s);
+            let slot = r.holes.iter().position(|&h| h == s).expect("hole of its region");
             if s + need < e {
-                r.holes.insert(s + need, e);
+                // The hole's tail keeps its place among the holes: shrunk in place.
+                self.holes.reshape(s, s + need, e);
+                r.holes[slot] = s + need;
+            } else {
+                self.holes.remove(s);
+                r.holes.swap_remove(slot);
             }
             r.live += 1;
             self.owner.insert(s, base);
             return Some(s);
         }
-        // 3. A new region, top-down.
-        let range = self.free.iter().rev().find(|(&s, &e)| e - s >= need + VA_ALIGN).map(|(&s, &e)| (s, e));
-        let (s, e) = range?;
+        // 3. A new region, top-down: the highest free range at least `need + 32 MiB` long.
+        let (s, e, _) = self.free.highest_fit(need.checked_add(VA_ALIGN)?)?;
         let addr = (e - need) / VA_ALIGN * VA_ALIGN;
-        self.free.remove(&s);
         if s < addr {
-            self.free.insert(s, addr);
+            self.free.reshape(s, s, addr);
+        } else {
+            self.free.remove(s);
         }
-        let mut holes = BTreeMap::new();
+        let mut holes = Vec::new();
         if addr + need < e {
-            holes.insert(addr + need, e);
+            self.holes.insert(addr + need, e, addr);
+            holes.push(addr + need);
         }
         self.regions.insert(addr, Region { end: e, live: 1, holes });
         self.owner.insert(addr, addr);
@@ -127,20 +135,26 @@ impl AddressSpace {
         if r.live > 0 {
             return;
         }
-        let end = r.end;
-        self.regions.remove(&base);
-        let mut start = base;
-        let mut end = end;
-        if let Some((&s, &e)) = self.free.range(..start).next_back() {
-            if e == start {
-                start = s;
-                self.free.remove(&s);
+        let r = self.regions.remove(&base).expect("region");
+        for h in r.holes {
+            self.holes.remove(h);
+        }
+        // Merged with the free neighbours, in place where one is kept.
+        let below = self.free.before(base).filter(|&(_, e, _)| e == base).map(|(s, _, _)| s);
+        let above = self.free.get(r.end).map(|(e, _)| e);
+        match (below, above) {
+            (Some(s), Some(e)) => {
+                self.free.remove(r.end);
+                self.free.reshape(s, s, e);
             }
+            (Some(s), None) => {
+                self.free.reshape(s, s, r.end);
+            }
+            (None, Some(e)) => {
+                self.free.reshape(r.end, base, e);
+            }
+            (None, None) => self.free.insert(base, r.end, 0),
         }
-        if let Some(e2) = self.free.remove(&end) {
-            end = e2;
-        }
-        self.free.insert(start, end);
     }
 
     /// `cuMemAddressReserve(size)`: upwards from [`RESERVE_BASE`], 32 MiB aligned.

@@ -2,6 +2,7 @@
 //! the policy decided. No heap allocation per event in the loop beyond what the policy does.
 
 pub mod device;
+mod range_tree;
 pub mod stats;
 
 use std::sync::atomic::{AtomicU64, Ordering};
