@@ -525,7 +525,9 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
 def _patch_module_apply(torch: Any) -> None:
     """torch.nn.Module._apply swaps a fake parameter for its converted copy (swap_tensors), which
     refuses tensors the fake mode's memo refers to weakly: recompile it without that case, so that
-    the module gets a new parameter, the old one freed, as with CUDA tensors of another dtype."""
+    the module gets a new parameter, the old one freed at once, as with CUDA tensors of another
+    dtype (the real run's `param.data = ...` frees each old storage before the next parameter
+    is converted: llama_generate's `.to(torch.bfloat16)`)."""
     import inspect
     import textwrap
 
@@ -548,17 +550,20 @@ def _patch_module_apply(torch: Any) -> None:
         loop,
         loop
         + indent
-        + "    if param is not None and id(param) in _AR_REPLACED:\n"
+        + "    if param is not None and id(param) in _AR_REPLACED and _AR_REPLACED[id(param)][0]() is param:\n"
         + indent
         + "        self._parameters[key] = _AR_REPLACED[id(param)][1]\n"
         + indent
         + "        continue\n",
     )
     at = src.split(new_param)[0].rsplit("\n", 1)[1]
-    src = src.replace(new_param, new_param + at + "_AR_REPLACED[id(param)] = (param, out_param)\n")
+    # A weak reference: the old parameter (and its storage) must go as soon as nothing else
+    # holds it, before the next parameter is converted, as `.data =` frees it on the GPU.
+    src = src.replace(new_param, new_param + at + "_AR_REPLACED[id(param)] = (_ar_weakref(param), out_param)\n")
     scope = dict(module_mod.__dict__)
     replaced: dict[int, Any] = {}
     scope["_AR_REPLACED"] = replaced
+    scope["_ar_weakref"] = weakref.ref
     exec(compile(src, module_mod.__file__, "exec"), scope)
     inner = scope["_apply"]
     depth = [0]
