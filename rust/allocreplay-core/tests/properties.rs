@@ -14,6 +14,9 @@ const POLICIES: &[&str] = &[
     "pytorch",
     "pytorch:expandable_segments:True",
     "pytorch:max_split_size_mb:32,roundup_power2_divisions:4",
+    // Panicked or looped before release_available_cached_blocks skipped expandable blocks.
+    "pytorch:expandable_segments:True,max_split_size_mb:32",
+    "pytorch:expandable_segments:True,max_split_size_mb:32,roundup_power2_divisions:[64:8,256:4,>:1],max_non_split_rounding_mb:64",
     "bfc",
     "bfc:allow_growth=true",
     "jax:allocator=platform",
