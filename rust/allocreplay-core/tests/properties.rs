@@ -45,8 +45,9 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn capacity() -> impl Strategy<Value = Option<u64>> {
-    // From 4 MiB: under a cap smaller than its 2 MiB page, `managed` still keeps one page resident.
-    prop_oneof![Just(None), (22u32..36).prop_map(|b| Some(1u64 << b))]
+    // From 64 KiB, powers of two and anything below 4 MiB: caps under one 2 MiB page included
+    // (where `managed` kept a page resident, reserved > capacity).
+    prop_oneof![Just(None), (16u32..36).prop_map(|b| Some(1u64 << b)), (0u64..(4 << 20)).prop_map(Some)]
 }
 
 proptest! {
