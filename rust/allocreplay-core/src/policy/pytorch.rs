@@ -776,7 +776,10 @@ impl CachingAllocator {
         }
         let key_size = size.max(max_split);
         let rank = self.rank(stream);
-        let found = self.pools[pool as usize].blocks.range(size_key(rank, key_size, 0), None).next().map(|(_, b)| b);
+        // A max_split_size_mb near 2^64 / MiB (upstream clamps it there) is beyond the packed
+        // keys' sizes: no block is that large (found by tests/test_hypothesis_inputs.py).
+        let lookup = key_size.min((1 << 56) - 1);
+        let found = self.pools[pool as usize].blocks.range(size_key(rank, lookup, 0), None).next().map(|(_, b)| b);
         match found {
             Some(b) if self.blocks[b as usize].stream == stream && self.blocks[b as usize].expandable == NONE => {
                 self.release_block(b, dev);
@@ -1369,6 +1372,32 @@ mod tests {
         free(&mut a, &mut d, 1);
         free(&mut a, &mut d, 2);
         assert_eq!(a.stats.allocated, 0);
+    }
+
+    #[test]
+    fn huge_option_values_clamp_as_upstream_and_replay() {
+        // Found by tests/test_hypothesis_inputs.py: max_split_size_mb near 2^64 / MiB (clamped
+        // there, as upstream does) overflowed the packed block keys in
+        // release_available_cached_blocks; max_non_split_rounding_mb overflowed its bytes.
+        for conf in [
+            "max_split_size_mb:9223372036854775808",
+            "max_non_split_rounding_mb:9223372036854775808",
+            "expandable_segments:True,max_split_size_mb:18446744073709551615",
+        ] {
+            let (mut a, mut d) = alloc(conf, Some(100 * MB));
+            a.malloc(&req(0, 60 * MB, 0), &mut d).unwrap();
+            // Does not fit beside the first: releases what it can, then an OOM.
+            assert!(a.malloc(&req(1, 50 * MB, 0), &mut d).is_err(), "{conf}");
+            assert_eq!((a.stats.num_ooms, a.stats.allocated), (1, 60 * MB), "{conf}");
+            free(&mut a, &mut d, 0);
+            a.malloc(&req(2, 50 * MB, 0), &mut d).unwrap();
+        }
+        assert_eq!(
+            PytorchConfig::parse("max_non_split_rounding_mb:9223372036854775808").unwrap().max_non_split_rounding,
+            u64::MAX / MB * MB
+        );
+        let e = PytorchConfig::parse("large_segment_size_mb:9223372036854775808").unwrap_err().to_string();
+        assert_eq!(e, "large_segment_size_mb must be at most 34359738367, got 9223372036854775808");
     }
 
     #[test]
