@@ -54,8 +54,10 @@ impl From<BindingError> for PyErr {
 /// Guards running now, in any thread: while there is one, the panic hook stays quiet (the
 /// guard reports the panic) unless `ALLOCREPLAY_PANIC_TRACE` is set.
 static GUARDS: AtomicUsize = AtomicUsize::new(0);
-/// Where the first panic under a guard happened (`file:line:column`), until a guard reports it.
-static PANIC_AT: Mutex<Option<String>> = Mutex::new(None);
+/// (message, `file:line:column`) of the last panics under guards, kept until no guard runs:
+/// a guard takes the location of the one whose message is its payload's (a panic the core
+/// catches itself is recorded too, and must not lend its location to another).
+static PANICS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 
 /// Runs `f`, an entry point's body, turning a panic into [`BindingError::Internal`]. The message
 /// comes from the panic's payload; the location from the hook [`install_panic_hook`] sets.
@@ -64,15 +66,18 @@ static PANIC_AT: Mutex<Option<String>> = Mutex::new(None);
 pub fn guard<T>(f: impl FnOnce() -> BindingResult<T>) -> BindingResult<T> {
     GUARDS.fetch_add(1, Ordering::SeqCst);
     let outcome = panic::catch_unwind(AssertUnwindSafe(f));
-    GUARDS.fetch_sub(1, Ordering::SeqCst);
-    outcome.unwrap_or_else(|payload| {
-        let at = PANIC_AT.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let mut panics = PANICS.lock().unwrap_or_else(|e| e.into_inner());
+    let result = outcome.unwrap_or_else(|payload| {
         let message = payload_message(payload.as_ref());
-        Err(BindingError::Internal(match at {
-            Some(at) => format!("{message} (at {at})"),
+        Err(BindingError::Internal(match panics.iter().rev().find(|(m, _)| *m == message) {
+            Some((_, at)) => format!("{message} (at {at})"),
             None => message,
         }))
-    })
+    });
+    if GUARDS.fetch_sub(1, Ordering::SeqCst) == 1 {
+        panics.clear();
+    }
+    result
 }
 
 /// What a panic said: its payload when that is a string (`panic!`, `assert!`, `expect`...).
@@ -84,11 +89,11 @@ fn payload_message(payload: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".into())
 }
 
-/// Installs (once) a panic hook that, while a [`guard`] runs, records where the panic happened
-/// instead of printing the default three lines to stderr — the error the guard raises says it
-/// all, so the CLI's error stays one line. Outside guards, or with `ALLOCREPLAY_PANIC_TRACE` set
-/// (to see Rust's own report, with a backtrace under `RUST_BACKTRACE=1`), the previous hook
-/// runs as before.
+/// Installs (once) a panic hook that, while a [`guard`] runs, records what panicked where
+/// instead of printing the default report to stderr — the error the guard raises says it all,
+/// so the CLI's error stays one line. Outside guards, or with `ALLOCREPLAY_PANIC_TRACE` set (to
+/// see Rust's own report, with a backtrace under `RUST_BACKTRACE=1`), the previous hook runs
+/// as before.
 pub fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -96,10 +101,11 @@ pub fn install_panic_hook() {
         panic::set_hook(Box::new(move |info| {
             if GUARDS.load(Ordering::SeqCst) > 0 {
                 if let Some(l) = info.location() {
-                    PANIC_AT
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert_with(|| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+                    let mut panics = PANICS.lock().unwrap_or_else(|e| e.into_inner());
+                    if panics.len() >= 64 {
+                        panics.remove(0);
+                    }
+                    panics.push((payload_message(info.payload()), format!("{}:{}:{}", l.file(), l.line(), l.column())));
                 }
                 if std::env::var_os("ALLOCREPLAY_PANIC_TRACE").is_none() {
                     return;
