@@ -24,7 +24,7 @@ $(PY):
 TEST_EXTRAS ?=
 
 venv: $(PY)
-	$(PY) -m pip install --quiet "maturin>=1.5,<2" "pytest>=7" "polars>=1.10" "pyarrow>=15" "click>=8.1" "plotly>=5" "ruff==0.17.6" "mypy==2.4.1"
+	$(PY) -m pip install --quiet "maturin>=1.5,<2" "pytest>=7" "polars>=1.10" "pyarrow>=15" "click>=8.1" "plotly>=5" "ruff==0.17.6" "mypy==2.4.1" "hypothesis>=6.100"
 	@if [ -n "$(TEST_EXTRAS)" ]; then $(PY) -m pip install --quiet $(TEST_EXTRAS) || echo "warning: could not install $(TEST_EXTRAS): the tests that need it will be skipped"; fi
 
 # Builds the extension (dev profile: dependencies at opt-level 2, shared with `cargo test`)

@@ -5,6 +5,7 @@
 # and stops the script with libFuzzer's report.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      # make fuzz FUZZ_SECONDS=600
+#   RUNS=1000000 scripts/fuzz.sh 3600 arrow    # stop at 1,000,000 executions (or the time)
 #
 # Needs a nightly toolchain and cargo-fuzz (`rustup toolchain install nightly`,
 # `cargo install cargo-fuzz`). FUZZ_TARGET_DIR sets the build folder (default fuzz/target;
@@ -30,7 +31,7 @@ for t in "${targets[@]}"; do
     # integer overflows panic. FUZZ_FLAGS overrides (e.g. "-s address").
     # shellcheck disable=SC2086
     (cd fuzz && cargo +nightly fuzz run ${FUZZ_FLAGS:--s none -a} --target-dir "$target_dir" "$t" "corpus/$t" "../$seeds" -- \
-        -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -timeout=10 -print_final_stats=1 \
+        -max_total_time="$secs" ${RUNS:+-runs="$RUNS"} -rss_limit_mb=2048 -max_len=65536 -timeout=10 -print_final_stats=1 \
         -artifact_prefix="artifacts/$t/") 2>&1 | grep -E "^(Done|stat::number_of_executed_units|==[0-9]+==|SUMMARY|thread '|panicked)" || true
     [ -z "$(ls -A "fuzz/artifacts/$t")" ] || { echo "$t: crash inputs in fuzz/artifacts/$t" >&2; exit 1; }
 done

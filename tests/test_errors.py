@@ -156,6 +156,7 @@ def test_exception_hierarchy():
         "ReplayError",
         "CaptureError",
         "TraceNotFoundError",
+        "InternalError",
     ]
     for n in names:
         cls = getattr(errors, n)

@@ -9,9 +9,9 @@ fuzz_target!(|data: &[u8]| {
     if data.is_empty() {
         return;
     }
-    // The first byte picks the capacity: none, or 2^(22 + b % 20) bytes (from 4 MiB: under a
-    // cap below its 2 MiB page, `managed` still keeps a page resident).
-    let capacity = if data[0] % 4 == 0 { None } else { Some(1u64 << (22 + data[0] % 20)) };
+    // The first byte picks the capacity: none, or 2^(16 + b % 26) bytes (64 KiB to 2 TiB,
+    // caps below one 2 MiB page included).
+    let capacity = if data[0] % 4 == 0 { None } else { Some(1u64 << (16 + data[0] % 26)) };
     let ops = ops_from_bytes(&data[1..]);
     if let Err(e) = run_checked("bfc:allow_growth=true", &ops, capacity) {
         panic!("bfc:allow_growth=true, capacity {capacity:?}: {e}");

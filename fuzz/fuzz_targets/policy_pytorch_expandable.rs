@@ -1,4 +1,5 @@
-//! The `pytorch:expandable_segments:True` policy on random request streams, its invariants checked at every step
+//! The `pytorch:expandable_segments:True` policy (alone and with `max_split_size_mb`) on random
+//! request streams, its invariants checked at every step
 //! (`policy::invariants::run_checked`): no overlapping live blocks, allocated <= reserved <=
 //! capacity, failed requests change nothing, all freed -> allocated 0.
 #![no_main]
@@ -9,11 +10,15 @@ fuzz_target!(|data: &[u8]| {
     if data.is_empty() {
         return;
     }
-    // The first byte picks the capacity: none, or 2^(22 + b % 20) bytes (from 4 MiB: under a
-    // cap below its 2 MiB page, `managed` still keeps a page resident).
-    let capacity = if data[0] % 4 == 0 { None } else { Some(1u64 << (22 + data[0] % 20)) };
+    // The first byte picks the capacity: none, or 2^(16 + b % 26) bytes (64 KiB to 2 TiB,
+    // caps below one 2 MiB page included).
+    let capacity = if data[0] % 4 == 0 { None } else { Some(1u64 << (16 + data[0] % 26)) };
     let ops = ops_from_bytes(&data[1..]);
-    if let Err(e) = run_checked("pytorch:expandable_segments:True", &ops, capacity) {
-        panic!("pytorch:expandable_segments:True, capacity {capacity:?}: {e}");
+    // With max_split_size too: it panicked or looped until release_available_cached_blocks
+    // skipped expandable blocks.
+    for spec in ["pytorch:expandable_segments:True", "pytorch:expandable_segments:True,max_split_size_mb:32"] {
+        if let Err(e) = run_checked(spec, &ops, capacity) {
+            panic!("{spec}, capacity {capacity:?}: {e}");
+        }
     }
 });

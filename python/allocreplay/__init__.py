@@ -17,6 +17,7 @@ from allocreplay.capture import Capture, capture
 from allocreplay.errors import (
     AllocReplayError,
     CaptureError,
+    InternalError,
     InvalidArgumentError,
     PolicySpecError,
     ReplayError,
@@ -35,6 +36,7 @@ __all__ = [
     "BfcValidationReport",
     "Capture",
     "CaptureError",
+    "InternalError",
     "InvalidArgumentError",
     "PolicyInfo",
     "PolicyOption",

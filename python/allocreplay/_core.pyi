@@ -19,6 +19,7 @@ __all__ = [
     "TraceInfo",
     "ValidationReport",
     "__version__",
+    "_debug_panic",
     "format_bytes",
     "load",
     "load_progress",
@@ -252,6 +253,10 @@ def format_bytes(n: int) -> str: ...
 def plan(path: str | PathLike[str]) -> Table: ...
 def offline(trace: Trace, alignment: int = 0) -> Table: ...
 def xla_runtime_trace(path: str | PathLike[str], program: str | None = None, calls: int = 3) -> Trace: ...
+
+# rust/allocreplay-py/src/errors.rs: for the tests, not part of the API. Panics (with the GIL
+# released); raises allocreplay.errors.InternalError, as any panic of the core does.
+def _debug_panic(message: str) -> None: ...
 
 # rust/allocreplay-py/src/analysis.rs
 @final

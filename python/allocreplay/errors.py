@@ -7,8 +7,9 @@ for that kind of problem: :class:`TraceIOError` is an :class:`OSError` (and
 :class:`SchemaError`) and a bad argument (:class:`PolicySpecError`,
 :class:`InvalidArgumentError`) are :class:`ValueError`\\ s. The Rust core raises them (each maps
 one variant of its ``Error`` enum; see ``rust/allocreplay-py/src/errors.rs``), except
-:class:`CaptureError` (``allocreplay capture``, pure Python). Exceptions that concern a file
-carry its path in ``.path`` (``None`` otherwise), and their message starts with it.
+:class:`CaptureError` (``allocreplay capture``, pure Python) and :class:`InternalError` (a bug:
+a panic of the Rust core, caught at the binding boundary). Exceptions that concern a file carry
+its path in ``.path`` (``None`` otherwise), and their message starts with it.
 """
 
 from __future__ import annotations
@@ -62,6 +63,12 @@ class ReplayError(AllocReplayError):
     """A trace is well formed but inconsistent, or a replay failed."""
 
 
+class InternalError(AllocReplayError, RuntimeError):
+    """A bug in allocreplay: the Rust core panicked. The message asks for an issue report and
+    ends with what the panic said and where. No input should ever cause one. Traces are
+    immutable, so the ones passed to the failing call can still be used."""
+
+
 class CaptureError(AllocReplayError):
     """A capture could not be made: no command given, the framework is not installed, no GPU
     was visible, the output is not writable, nothing was recorded."""
@@ -70,6 +77,7 @@ class CaptureError(AllocReplayError):
 __all__ = [
     "AllocReplayError",
     "CaptureError",
+    "InternalError",
     "InvalidArgumentError",
     "PolicySpecError",
     "ReplayError",

@@ -211,8 +211,18 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
         work();
     } else {
         std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(work);
+            let workers: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+            // A worker's panic (a bug) goes on with its own payload: left to the scope, it
+            // would become "a scoped thread panicked", and the bindings' internal error would
+            // lose what went wrong.
+            let mut first_panic = None;
+            for w in workers {
+                if let Err(payload) = w.join() {
+                    first_panic.get_or_insert(payload);
+                }
+            }
+            if let Some(payload) = first_panic {
+                std::panic::resume_unwind(payload);
             }
         });
     }
@@ -737,5 +747,36 @@ mod tests {
             Err(Error::PolicySpec(m)) => assert!(m.contains("nope") && m.contains("pytorch"), "{m}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A policy with a bug: its first request panics.
+    struct PanicsOnMalloc(Stats);
+
+    impl Policy for PanicsOnMalloc {
+        fn name(&self) -> String {
+            "panics".into()
+        }
+        fn malloc(&mut self, _req: &Request, _dev: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+            panic!("the test policy's own message")
+        }
+        fn free_completed(&mut self, _id: u64, _dev: &mut DeviceMemory) {}
+        fn stats(&self) -> &Stats {
+            &self.0
+        }
+        fn segments(&self) -> Vec<SegmentInfo> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_worker_threads_panic_reaches_the_caller_with_its_own_message() {
+        // Two devices on two threads: the panic crosses the scoped threads with its payload
+        // (the bindings report it as an internal error), not as "a scoped thread panicked".
+        let t = tiny_trace(None);
+        let req = ReplayRequest { policies: vec!["panics".into()], threads: 2, ..Default::default() };
+        let panicking = |_: &str, _: &PolicyContext| -> Result<Box<dyn Policy>> { Ok(Box::new(PanicsOnMalloc(Stats::default()))) };
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| replay_with(&t, &req, &panicking))).unwrap_err();
+        let message = payload.downcast_ref::<&str>().map(|m| m.to_string()).or_else(|| payload.downcast_ref::<String>().cloned());
+        assert_eq!(message.as_deref(), Some("the test policy's own message"));
     }
 }

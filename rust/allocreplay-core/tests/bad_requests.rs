@@ -107,3 +107,44 @@ fn a_seeded_segment_released_under_a_cap_keeps_the_device_count_balanced() {
     assert!(r.is_ok(), "{r:?}");
     assert_eq!((dev.used, p.stats().reserved), (90 << 20, 90 << 20));
 }
+
+#[test]
+fn expandable_segments_with_max_split_size_replay_a_real_trace() {
+    // Panicked (ExpandableSegment::map's alignment assert, should_split's subtraction) or looped
+    // on gpt2_train__default until release_available_cached_blocks and the garbage collector
+    // skipped expandable segments' blocks, as upstream does: `tune` searched the two apart.
+    use allocreplay_core::engine::{replay_device, ReplayOptions};
+    use allocreplay_core::import::{load, ImportOptions};
+    let path =
+        std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch/gpt2_train__default.pickle.xz"));
+    assert!(path.exists(), "fixture missing: {}", path.display());
+    let t = load(&path, &ImportOptions::default()).unwrap();
+    let specs = [
+        "pytorch:expandable_segments:True,max_split_size_mb:64",
+        "pytorch:expandable_segments:True,max_split_size_mb:64,roundup_power2_divisions:[64:8,256:4,>:1],max_non_split_rounding_mb:256",
+        "pytorch:expandable_segments:True,max_split_size_mb:128,garbage_collection_threshold:0.6",
+    ];
+    // Unlimited, the real capped run's cap, and a cap the run does not fit in.
+    for cap in [None, Some(16_927_914_803u64), Some(12 << 30)] {
+        for spec in specs {
+            let ctx = PolicyContext { metadata: &t.metadata, device: t.metadata.device(0), capacity: cap };
+            let mut p = build(spec, &ctx).unwrap();
+            let opts = ReplayOptions { capacity: cap, timeline: Some(0), ..Default::default() };
+            let r = replay_device(&t, 0, p.as_mut(), &opts);
+            let s = &r.stats;
+            assert!(!r.timeline.is_empty());
+            for point in &r.timeline {
+                assert!(point.allocated <= point.reserved, "{spec} {cap:?}: {point:?}");
+                assert!(cap.is_none_or(|c| point.reserved <= c), "{spec} {cap:?}: {point:?}");
+            }
+            assert!(s.peak_allocated <= s.peak_reserved, "{spec} {cap:?}: {s:?}");
+            assert!(cap.is_none_or(|c| s.peak_reserved <= c), "{spec} {cap:?}: {s:?}");
+            assert!(s.num_device_alloc > 0 && s.num_device_free <= s.num_device_alloc, "{spec} {cap:?}: {s:?}");
+            if cap == Some(12 << 30) {
+                assert!(s.num_ooms > 0, "{spec}: the run needs more than 12 GiB: {s:?}");
+            } else {
+                assert_eq!(s.num_ooms, 0, "{spec} {cap:?}: {s:?}");
+            }
+        }
+    }
+}

@@ -14,6 +14,9 @@ const POLICIES: &[&str] = &[
     "pytorch",
     "pytorch:expandable_segments:True",
     "pytorch:max_split_size_mb:32,roundup_power2_divisions:4",
+    // Panicked or looped before release_available_cached_blocks skipped expandable blocks.
+    "pytorch:expandable_segments:True,max_split_size_mb:32",
+    "pytorch:expandable_segments:True,max_split_size_mb:32,roundup_power2_divisions:[64:8,256:4,>:1],max_non_split_rounding_mb:64",
     "bfc",
     "bfc:allow_growth=true",
     "jax:allocator=platform",
@@ -42,8 +45,9 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn capacity() -> impl Strategy<Value = Option<u64>> {
-    // From 4 MiB: under a cap smaller than its 2 MiB page, `managed` still keeps one page resident.
-    prop_oneof![Just(None), (22u32..36).prop_map(|b| Some(1u64 << b))]
+    // From 64 KiB, powers of two and anything below 4 MiB: caps under one 2 MiB page included
+    // (where `managed` kept a page resident, reserved > capacity).
+    prop_oneof![Just(None), (16u32..36).prop_map(|b| Some(1u64 << b)), (0u64..(4 << 20)).prop_map(Some)]
 }
 
 proptest! {

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::arrow::{PyTable, STREAM_NAME};
-use crate::errors::BindingResult;
+use crate::errors::{guard, BindingResult};
 use crate::replay::PyReplayResult;
 use crate::trace::PyTrace;
 
@@ -63,8 +63,10 @@ fn load_progress(
     let p = progress.inner.clone();
     p.done.store(0, Ordering::Relaxed);
     p.total.store(0, Ordering::Relaxed);
-    let t = py.detach(move || import::load_with_progress(&path, &opts, Some(&p)))?;
-    Ok(PyTrace { inner: Arc::new(t) })
+    guard(|| {
+        let t = py.detach(move || import::load_with_progress(&path, &opts, Some(&p)))?;
+        Ok(PyTrace { inner: Arc::new(t) })
+    })
 }
 
 /// `replay` counting its progress into `progress` (see `allocreplay.progress`).
@@ -79,28 +81,32 @@ fn replay_progress(
     timeline_points: usize,
     placements: bool,
 ) -> BindingResult<PyReplayResult> {
-    let capacity = capacity.map(units::parse_capacity).transpose()?;
-    let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
     let t = trace.inner.clone();
     let p = progress.inner.clone();
-    p.done.store(0, Ordering::Relaxed);
-    p.total.store(core_replay::progress_total(&t, &req), Ordering::Relaxed);
-    let batches = py.detach(move || {
-        core_replay::replay_with_progress(&t, &req, &|spec, ctx| allocreplay_core::policy::build(spec, ctx), Some(&p.done)).map(|runs| {
-            (
-                core_replay::summary_batch(&runs),
-                core_replay::timeline_batch(&runs),
-                core_replay::segments_batch(&runs),
-                core_replay::placements_batch(&runs),
+    guard(|| {
+        let capacity = capacity.map(units::parse_capacity).transpose()?;
+        let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
+        p.done.store(0, Ordering::Relaxed);
+        p.total.store(core_replay::progress_total(&t, &req), Ordering::Relaxed);
+        let batches = py.detach(move || {
+            core_replay::replay_with_progress(&t, &req, &|spec, ctx| allocreplay_core::policy::build(spec, ctx), Some(&p.done)).map(
+                |runs| {
+                    (
+                        core_replay::summary_batch(&runs),
+                        core_replay::timeline_batch(&runs),
+                        core_replay::segments_batch(&runs),
+                        core_replay::placements_batch(&runs),
+                    )
+                },
             )
+        })?;
+        let table = |batch| Py::new(py, PyTable { batch });
+        Ok(PyReplayResult {
+            summary: table(batches.0)?,
+            timeline: table(batches.1)?,
+            segments: table(batches.2)?,
+            placements: table(batches.3)?,
         })
-    })?;
-    let table = |batch| Py::new(py, PyTable { batch });
-    Ok(PyReplayResult {
-        summary: table(batches.0)?,
-        timeline: table(batches.1)?,
-        segments: table(batches.2)?,
-        placements: table(batches.3)?,
     })
 }
 
@@ -117,46 +123,51 @@ fn state_at(
     capacity: Option<&str>,
     history: bool,
 ) -> BindingResult<(PyTable, PyTable, PyTable, PyTable, PyTable)> {
-    let at = At::parse(at)?;
-    let capacity = capacity.map(units::parse_capacity).transpose()?;
     let t = trace.inner.clone();
-    let req = StateRequest { policy, capacity, at, history };
-    let b = py.detach(move || {
-        analysis::state_at(&t, &req).map(|states| {
-            let h = if history {
-                allocreplay_core::export::history_batch(&t, &states)
-            } else {
-                allocreplay_core::export::history_batch(&t, &[])
-            };
-            (
-                analysis::states_batch(&states),
-                analysis::live_batch(&states),
-                analysis::blocks_batch(&states),
-                analysis::segments_batch(&states),
-                h,
-            )
-        })
-    })?;
-    Ok((PyTable { batch: b.0 }, PyTable { batch: b.1 }, PyTable { batch: b.2 }, PyTable { batch: b.3 }, PyTable { batch: b.4 }))
+    guard(|| {
+        let at = At::parse(at)?;
+        let capacity = capacity.map(units::parse_capacity).transpose()?;
+        let req = StateRequest { policy, capacity, at, history };
+        let b = py.detach(move || {
+            analysis::state_at(&t, &req).map(|states| {
+                let h = if history {
+                    allocreplay_core::export::history_batch(&t, &states)
+                } else {
+                    allocreplay_core::export::history_batch(&t, &[])
+                };
+                (
+                    analysis::states_batch(&states),
+                    analysis::live_batch(&states),
+                    analysis::blocks_batch(&states),
+                    analysis::segments_batch(&states),
+                    h,
+                )
+            })
+        })?;
+        Ok((PyTable { batch: b.0 }, PyTable { batch: b.1 }, PyTable { batch: b.2 }, PyTable { batch: b.3 }, PyTable { batch: b.4 }))
+    })
 }
 
 /// A trace from an object exporting an Arrow C stream (a pyarrow Table with a trace's schema
 /// and schema metadata), checked as an `.arrow` file is; `origin` names it in errors.
 #[pyfunction]
 fn trace_from_arrow(py: Python<'_>, data: Bound<'_, PyAny>, origin: String) -> BindingResult<PyTrace> {
-    let capsule = data.call_method1("__arrow_c_stream__", (py.None(),))?;
-    let capsule = capsule.cast::<PyCapsule>().map_err(PyErr::from)?;
-    let ptr = capsule.pointer_checked(Some(STREAM_NAME))?;
-    // SAFETY: the capsule holds an FFI_ArrowArrayStream (checked by name); `from_raw` moves it
-    // out and leaves a released stream behind for the capsule's destructor.
-    let stream = unsafe { FFI_ArrowArrayStream::from_raw(ptr.as_ptr().cast()) };
-    let origin_path = Path::new(&origin).to_path_buf();
-    let reader = RecordBatchStreamReader::try_new(stream).map_err(|e| Error::format(&origin_path, format!("not an Arrow stream: {e}")))?;
-    let schema = reader.schema();
-    let batches: Vec<RecordBatch> =
-        reader.collect::<Result<_, _>>().map_err(|e| Error::format(&origin_path, format!("corrupt Arrow record batch: {e}")))?;
-    let t = py.detach(move || allocreplay_core::trace::trace_from_batches(schema, batches, &origin_path))?;
-    Ok(PyTrace { inner: Arc::new(t) })
+    guard(|| {
+        let capsule = data.call_method1("__arrow_c_stream__", (py.None(),))?;
+        let capsule = capsule.cast::<PyCapsule>().map_err(PyErr::from)?;
+        let ptr = capsule.pointer_checked(Some(STREAM_NAME))?;
+        // SAFETY: the capsule holds an FFI_ArrowArrayStream (checked by name); `from_raw` moves it
+        // out and leaves a released stream behind for the capsule's destructor.
+        let stream = unsafe { FFI_ArrowArrayStream::from_raw(ptr.as_ptr().cast()) };
+        let origin_path = Path::new(&origin).to_path_buf();
+        let reader =
+            RecordBatchStreamReader::try_new(stream).map_err(|e| Error::format(&origin_path, format!("not an Arrow stream: {e}")))?;
+        let schema = reader.schema();
+        let batches: Vec<RecordBatch> =
+            reader.collect::<Result<_, _>>().map_err(|e| Error::format(&origin_path, format!("corrupt Arrow record batch: {e}")))?;
+        let t = py.detach(move || allocreplay_core::trace::trace_from_batches(schema, batches, &origin_path))?;
+        Ok(PyTrace { inner: Arc::new(t) })
+    })
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

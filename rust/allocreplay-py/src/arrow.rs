@@ -9,6 +9,8 @@ use arrow_array::{RecordBatch, RecordBatchIterator};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
+use crate::errors::{guard, BindingResult};
+
 pub(crate) const STREAM_NAME: &CStr = c"arrow_array_stream";
 
 /// An Arrow C stream of one record batch, in a capsule the consumer moves it out of.
@@ -29,9 +31,13 @@ pub struct PyTable {
 #[pymethods]
 impl PyTable {
     #[pyo3(signature = (requested_schema=None))]
-    fn __arrow_c_stream__<'py>(&self, py: Python<'py>, requested_schema: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyCapsule>> {
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> BindingResult<Bound<'py, PyCapsule>> {
         let _ = requested_schema; // One schema; consumers cast if they must.
-        stream_capsule(py, &self.batch)
+        guard(|| Ok(stream_capsule(py, &self.batch)?))
     }
 
     fn __len__(&self) -> usize {

@@ -1,7 +1,9 @@
 //! PyO3 bindings: `allocreplay._core`. One module per concept; this file only registers them.
 //! Results cross as typed objects (`TraceInfo`, `ValidationReport`, `BfcValidationReport`) or
 //! Arrow tables (`Table`), never JSON text; core errors are raised as the classes of
-//! `allocreplay.errors` (`errors.rs`). Imports and replays run with the GIL released.
+//! `allocreplay.errors` (`errors.rs`). Imports and replays run with the GIL released. Every
+//! entry point that calls into the core runs under `errors::guard`: a panic is raised as
+//! `allocreplay.errors.InternalError`, never as pyo3's `PanicException`.
 
 mod analysis;
 mod arrow;
@@ -21,6 +23,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::install_panic_hook();
     m.add_class::<trace::PyTrace>()?;
     m.add_class::<arrow::PyTable>()?;
     m.add_class::<replay::PyReplayResult>()?;
@@ -36,6 +39,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan::xla_runtime_trace, m)?)?;
     m.add_function(wrap_pyfunction!(units::parse_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(units::format_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::debug_panic, m)?)?;
     m.add("POLICY_NAMES", allocreplay_core::policy::spec::POLICY_NAMES.to_vec())?;
     m.add("FORMAT_VERSION", allocreplay_core::trace::FORMAT_VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -7,6 +7,8 @@ use allocreplay_core::policy::registry::{self, PolicyEntry};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use crate::errors::{guard, BindingResult};
+
 /// One option of a policy.
 #[pyclass(frozen, get_all, module = "allocreplay._core", name = "PolicyOption")]
 struct PyPolicyOption {
@@ -104,15 +106,15 @@ fn info(py: Python<'_>, e: &PolicyEntry) -> PyResult<PyPolicyInfo> {
 
 /// Every policy `replay --policy` knows, in the registry's order.
 #[pyfunction]
-fn policies(py: Python<'_>) -> PyResult<Vec<PyPolicyInfo>> {
-    registry::REGISTRY.iter().map(|e| info(py, e)).collect()
+fn policies(py: Python<'_>) -> BindingResult<Vec<PyPolicyInfo>> {
+    guard(|| Ok(registry::REGISTRY.iter().map(|e| info(py, e)).collect::<PyResult<_>>()?))
 }
 
 /// The text that sets a spec's options in the real framework (`PYTORCH_CUDA_ALLOC_CONF=...`,
 /// `TF_FORCE_GPU_ALLOW_GROWTH=true`, ...); empty for the defaults.
 #[pyfunction]
-fn policy_env(spec: &str) -> crate::errors::BindingResult<String> {
-    Ok(registry::env_text(spec)?)
+fn policy_env(spec: &str) -> BindingResult<String> {
+    guard(|| Ok(registry::env_text(spec)?))
 }
 
 /// Adds the registry's classes and functions to `_core`.

@@ -8,7 +8,7 @@ use allocreplay_core::units;
 use pyo3::prelude::*;
 
 use crate::arrow::PyTable;
-use crate::errors::BindingResult;
+use crate::errors::{guard, BindingResult};
 use crate::trace::PyTrace;
 
 /// Results of a replay: four tables built in Rust.
@@ -36,23 +36,25 @@ pub fn replay(
     timeline_points: usize,
     placements: bool,
 ) -> BindingResult<PyReplayResult> {
-    let capacity = capacity.map(units::parse_capacity).transpose()?;
-    let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
     let t = Arc::clone(&trace.inner);
-    let (summary, timeline, segments, placements) = py.detach(move || {
-        core_replay::replay(&t, &req).map(|runs| {
-            (
-                core_replay::summary_batch(&runs),
-                core_replay::timeline_batch(&runs),
-                core_replay::segments_batch(&runs),
-                core_replay::placements_batch(&runs),
-            )
+    guard(|| {
+        let capacity = capacity.map(units::parse_capacity).transpose()?;
+        let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
+        let (summary, timeline, segments, placements) = py.detach(move || {
+            core_replay::replay(&t, &req).map(|runs| {
+                (
+                    core_replay::summary_batch(&runs),
+                    core_replay::timeline_batch(&runs),
+                    core_replay::segments_batch(&runs),
+                    core_replay::placements_batch(&runs),
+                )
+            })
+        })?;
+        Ok(PyReplayResult {
+            summary: PyTable::new(py, summary)?,
+            timeline: PyTable::new(py, timeline)?,
+            segments: PyTable::new(py, segments)?,
+            placements: PyTable::new(py, placements)?,
         })
-    })?;
-    Ok(PyReplayResult {
-        summary: PyTable::new(py, summary)?,
-        timeline: PyTable::new(py, timeline)?,
-        segments: PyTable::new(py, segments)?,
-        placements: PyTable::new(py, placements)?,
     })
 }

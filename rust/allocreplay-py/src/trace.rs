@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict};
 
 use crate::arrow::{stream_capsule, PyTable};
-use crate::errors::BindingResult;
+use crate::errors::{guard, BindingResult};
 use crate::info::TraceInfo;
 
 /// A trace loaded in Rust. Exposes its events through `__arrow_c_stream__`.
@@ -25,9 +25,13 @@ pub struct PyTrace {
 #[pymethods]
 impl PyTrace {
     #[pyo3(signature = (requested_schema=None))]
-    fn __arrow_c_stream__<'py>(&self, py: Python<'py>, requested_schema: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyCapsule>> {
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> BindingResult<Bound<'py, PyCapsule>> {
         let _ = requested_schema; // The events have one schema; consumers cast if they must.
-        stream_capsule(py, self.inner.batch())
+        guard(|| Ok(stream_capsule(py, self.inner.batch())?))
     }
 
     fn __len__(&self) -> usize {
@@ -36,27 +40,27 @@ impl PyTrace {
 
     /// The trace metadata (format version, source, devices, pools, settings...) as a dict.
     #[getter]
-    fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        crate::convert::to_py(py, &serde_json::to_value(&self.inner.metadata).expect("metadata serializes"))
+    fn metadata<'py>(&self, py: Python<'py>) -> BindingResult<Bound<'py, PyAny>> {
+        guard(|| Ok(crate::convert::to_py(py, &serde_json::to_value(&self.inner.metadata).expect("metadata serializes"))?))
     }
 
     /// One row per stack frame: frame_id, filename, line, name.
     #[getter]
-    fn frames(&self, py: Python<'_>) -> PyResult<Py<PyTable>> {
-        PyTable::new(py, self.inner.frames.frames_batch())
+    fn frames(&self, py: Python<'_>) -> BindingResult<Py<PyTable>> {
+        guard(|| Ok(PyTable::new(py, self.inner.frames.frames_batch())?))
     }
 
     /// One row per frame of each stack: stack_id (the events' `stack_id`), depth (0 the
     /// innermost), frame_id.
     #[getter]
-    fn stacks(&self, py: Python<'_>) -> PyResult<Py<PyTable>> {
-        PyTable::new(py, self.inner.frames.stacks_batch())
+    fn stacks(&self, py: Python<'_>) -> BindingResult<Py<PyTable>> {
+        guard(|| Ok(PyTable::new(py, self.inner.frames.stacks_batch())?))
     }
 
     /// `allocreplay info`'s numbers.
-    fn info(&self, py: Python<'_>) -> TraceInfo {
+    fn info(&self, py: Python<'_>) -> BindingResult<TraceInfo> {
         let t = Arc::clone(&self.inner);
-        TraceInfo { inner: py.detach(move || trace_info(&t)) }
+        guard(|| Ok(TraceInfo { inner: py.detach(move || trace_info(&t)) }))
     }
 
     /// Writes the trace as an `.arrow` file, atomically. `device`: keep only that device's
@@ -65,24 +69,28 @@ impl PyTrace {
     fn save(&self, py: Python<'_>, path: PathBuf, device: Option<i32>, metadata: Option<Bound<'_, PyDict>>) -> BindingResult<()> {
         let patch = metadata.map(|m| crate::convert::from_py(m.as_any())).transpose()?;
         let t = Arc::clone(&self.inner);
-        py.detach(move || {
-            let derived = derive(&t, device, patch.as_ref())?;
-            write_arrow(derived.as_ref().unwrap_or(&t), &path)
-        })?;
-        Ok(())
+        guard(|| {
+            py.detach(move || {
+                let derived = derive(&t, device, patch.as_ref())?;
+                write_arrow(derived.as_ref().unwrap_or(&t), &path)
+            })?;
+            Ok(())
+        })
     }
 
     /// The `.arrow` file's bytes (for `-o -`: a trace written to stdout).
     fn ipc_bytes<'py>(&self, py: Python<'py>) -> BindingResult<Bound<'py, PyBytes>> {
         let t = Arc::clone(&self.inner);
-        let bytes = py.detach(move || {
-            let mut buf = Vec::new();
-            write_arrow_to(&t, &mut buf).map(|()| buf).map_err(|e| match e {
-                WriteError::Io(e) => Error::Replay(format!("writing the trace: {e}")),
-                WriteError::Arrow(m) => Error::Replay(format!("writing the trace: {m}")),
-            })
-        })?;
-        Ok(PyBytes::new(py, &bytes))
+        guard(|| {
+            let bytes = py.detach(move || {
+                let mut buf = Vec::new();
+                write_arrow_to(&t, &mut buf).map(|()| buf).map_err(|e| match e {
+                    WriteError::Io(e) => Error::Replay(format!("writing the trace: {e}")),
+                    WriteError::Arrow(m) => Error::Replay(format!("writing the trace: {m}")),
+                })
+            })?;
+            Ok(PyBytes::new(py, &bytes))
+        })
     }
 }
 
@@ -105,6 +113,8 @@ fn derive(trace: &Trace, device: Option<i32>, patch: Option<&serde_json::Value>)
 #[pyo3(signature = (path, meta=None, allocator=None, lenient=false))]
 pub fn load(py: Python<'_>, path: PathBuf, meta: Option<PathBuf>, allocator: Option<String>, lenient: bool) -> BindingResult<PyTrace> {
     let opts = ImportOptions { meta, allocator, lenient };
-    let t = py.detach(move || import::load(&path, &opts))?;
-    Ok(PyTrace { inner: Arc::new(t) })
+    guard(|| {
+        let t = py.detach(move || import::load(&path, &opts))?;
+        Ok(PyTrace { inner: Arc::new(t) })
+    })
 }

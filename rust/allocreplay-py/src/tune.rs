@@ -10,7 +10,7 @@ use allocreplay_core::units;
 use pyo3::prelude::*;
 
 use crate::arrow::PyTable;
-use crate::errors::BindingResult;
+use crate::errors::{guard, BindingResult};
 use crate::trace::PyTrace;
 
 /// Replays every trace under every spec, in parallel (`threads`: 0 = one per core). One row
@@ -25,21 +25,25 @@ fn sweep(
     capacity: Option<&str>,
     threads: usize,
 ) -> BindingResult<PyTable> {
-    let capacity = capacity.map(units::parse_capacity).transpose()?;
     let shared: Vec<Arc<allocreplay_core::Trace>> = traces.iter().map(|t| t.inner.clone()).collect();
-    let batch = py.detach(move || {
-        let refs: Vec<&allocreplay_core::Trace> = shared.iter().map(|t| t.as_ref()).collect();
-        allocreplay_core::tune::sweep(&refs, &specs, capacity, threads)
-    })?;
-    Ok(PyTable { batch })
+    guard(|| {
+        let capacity = capacity.map(units::parse_capacity).transpose()?;
+        let batch = py.detach(move || {
+            let refs: Vec<&allocreplay_core::Trace> = shared.iter().map(|t| t.as_ref()).collect();
+            allocreplay_core::tune::sweep(&refs, &specs, capacity, threads)
+        })?;
+        Ok(PyTable { batch })
+    })
 }
 
 /// `trace` repeated `n` times with fresh allocation ids, shifted addresses and times.
 #[pyfunction]
 fn tile(py: Python<'_>, trace: &PyTrace, n: usize) -> BindingResult<PyTrace> {
     let t = trace.inner.clone();
-    let tiled = py.detach(move || core_tile(&t, n))?;
-    Ok(PyTrace { inner: Arc::new(tiled) })
+    guard(|| {
+        let tiled = py.detach(move || core_tile(&t, n))?;
+        Ok(PyTrace { inner: Arc::new(tiled) })
+    })
 }
 
 /// Adds the functions to `_core`.

@@ -25,21 +25,23 @@ macro_rules! typed_result {
 
             /// The fields as a dict: the keys and values `--json` prints (the struct's serde
             /// form), in the struct's order.
-            fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-                let serde_json::Value::Object(mut fields) = serde_json::to_value(&self.inner).expect("results serialize") else {
-                    unreachable!("structs serialize as objects")
-                };
-                let dict = pyo3::types::PyDict::new(py);
-                for key in [$(stringify!($field)),*] {
-                    if let Some(v) = fields.remove(key) {
+            fn to_dict<'py>(&self, py: Python<'py>) -> crate::errors::BindingResult<Bound<'py, pyo3::types::PyDict>> {
+                crate::errors::guard(|| {
+                    let serde_json::Value::Object(mut fields) = serde_json::to_value(&self.inner).expect("results serialize") else {
+                        unreachable!("structs serialize as objects")
+                    };
+                    let dict = pyo3::types::PyDict::new(py);
+                    for key in [$(stringify!($field)),*] {
+                        if let Some(v) = fields.remove(key) {
+                            dict.set_item(key, crate::convert::to_py(py, &v)?)?;
+                        }
+                    }
+                    // Keys serde names differently from the fields (none today) still come along.
+                    for (key, v) in fields {
                         dict.set_item(key, crate::convert::to_py(py, &v)?)?;
                     }
-                }
-                // Keys serde names differently from the fields (none today) still come along.
-                for (key, v) in fields {
-                    dict.set_item(key, crate::convert::to_py(py, &v)?)?;
-                }
-                Ok(dict)
+                    Ok(dict)
+                })
             }
 
             /// `report["ok"]`: the field of that name, for scripts written when these results

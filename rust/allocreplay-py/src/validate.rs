@@ -10,7 +10,7 @@ use allocreplay_core::validate::{self as core_validate, DeviceValidation};
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
 
-use crate::errors::BindingResult;
+use crate::errors::{guard, BindingResult};
 use crate::trace::PyTrace;
 use crate::typed::typed_result;
 
@@ -85,15 +85,17 @@ typed_result!(
 #[pyo3(signature = (trace, no_addresses=false))]
 pub fn validate(py: Python<'_>, trace: &PyTrace, no_addresses: bool) -> BindingResult<Vec<Py<PyAny>>> {
     let t = Arc::clone(&trace.inner);
-    let reports = py.detach(move || core_validate::validate_trace_with(&t, no_addresses))?;
-    let mut out = Vec::with_capacity(reports.len());
-    for r in reports {
-        out.push(match r {
-            DeviceValidation::Pytorch(inner) => ValidationReport { inner }.into_py_any(py)?,
-            DeviceValidation::Bfc(inner) => BfcValidationReport { inner }.into_py_any(py)?,
-        });
-    }
-    Ok(out)
+    guard(|| {
+        let reports = py.detach(move || core_validate::validate_trace_with(&t, no_addresses))?;
+        let mut out = Vec::with_capacity(reports.len());
+        for r in reports {
+            out.push(match r {
+                DeviceValidation::Pytorch(inner) => ValidationReport { inner }.into_py_any(py)?,
+                DeviceValidation::Bfc(inner) => BfcValidationReport { inner }.into_py_any(py)?,
+            });
+        }
+        Ok(out)
+    })
 }
 
 /// Validates the `bfc` policy on a BFC trace (a TensorFlow / JAX capture) event by event:
@@ -103,9 +105,11 @@ pub fn validate(py: Python<'_>, trace: &PyTrace, no_addresses: bool) -> BindingR
 #[pyo3(signature = (trace, device=None, policy=None))]
 pub fn validate_bfc(py: Python<'_>, trace: &PyTrace, device: Option<i32>, policy: Option<String>) -> BindingResult<BfcValidationReport> {
     let t = Arc::clone(&trace.inner);
-    let inner = py.detach(move || {
-        let device = device.or_else(|| t.devices().first().copied()).unwrap_or(0);
-        core_validate::bfc::validate_bfc(&t, device, policy.as_deref())
-    })?;
-    Ok(BfcValidationReport { inner })
+    guard(|| {
+        let inner = py.detach(move || {
+            let device = device.or_else(|| t.devices().first().copied()).unwrap_or(0);
+            core_validate::bfc::validate_bfc(&t, device, policy.as_deref())
+        })?;
+        Ok(BfcValidationReport { inner })
+    })
 }

@@ -131,9 +131,16 @@ pub fn sidecar_json(path: &Path) -> Option<PathBuf> {
     (candidate != path && candidate.is_file()).then_some(candidate)
 }
 
+/// A text file's content. Bytes that are not UTF-8 make a corrupt file (a format error), not an
+/// I/O error as `fs::read_to_string` has it (found by tests/test_hypothesis_inputs.py).
+pub(crate) fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    String::from_utf8(bytes).map_err(|e| Error::format(path, format!("not UTF-8 text (byte {} is not)", e.utf8_error().valid_up_to())))
+}
+
 pub(crate) fn read_meta_json(opts: &ImportOptions, path: &Path) -> Result<Option<(PathBuf, serde_json::Value)>> {
     let Some(meta) = opts.meta.clone().or_else(|| sidecar_json(path)) else { return Ok(None) };
-    let text = std::fs::read_to_string(&meta).map_err(|e| Error::io(&meta, e))?;
+    let text = read_text(&meta)?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::format(&meta, format!("metadata is not valid JSON: {e}")))?;
     if !v.is_object() {
         return Err(Error::format(&meta, "metadata JSON must be an object"));
@@ -144,6 +151,21 @@ pub(crate) fn read_meta_json(opts: &ImportOptions, path: &Path) -> Result<Option
 #[cfg(test)]
 mod tests {
     use std::hash::{BuildHasher, Hasher};
+
+    #[test]
+    fn a_text_file_that_is_not_utf8_is_a_format_error() {
+        let dir = std::env::temp_dir().join(format!("allocreplay-read-text-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("bad.json");
+        std::fs::write(&p, b"{\"a\": \"\x80\"}").unwrap();
+        let e = super::read_text(&p).unwrap_err();
+        assert!(matches!(e, crate::Error::Format { .. }), "{e:?}");
+        assert_eq!(e.to_string(), format!("{}: not UTF-8 text (byte 7 is not)", p.display()));
+        // As a sidecar: the snapshot's load names the .json.
+        let opts = super::ImportOptions { meta: Some(p.clone()), ..Default::default() };
+        assert!(matches!(super::read_meta_json(&opts, &dir.join("x.pickle")), Err(crate::Error::Format { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     use rustc_hash::{FxBuildHasher, FxHashMap};
 

@@ -18,7 +18,8 @@
 //! - Recency is kept per unit (a shared small page, or a large allocation) in an intrusive
 //!   doubly linked list: O(1) per touch plus the units evicted; a unit may be partly resident.
 //! - An allocation larger than the capacity cannot be resident at once: its overflow pages
-//!   count as migrated at each touch.
+//!   count as migrated at each touch. Under a capacity below one page no page is resident:
+//!   every page streams.
 //! - `reserved` is the GPU memory holding managed pages (at most the capacity); `allocated`
 //!   the 512-byte rounded bytes of live allocations.
 
@@ -124,9 +125,12 @@ impl Managed {
         }
     }
 
+    /// Pages the capacity holds. Below one page (2 MiB) none: every page of every allocation
+    /// streams through the device at each touch, as an allocation larger than the capacity
+    /// does, and nothing is resident (before, one page stayed resident: reserved > capacity).
     fn cap_pages(&self, device: &DeviceMemory) -> u64 {
         let cap = self.capacity.unwrap_or(u64::MAX).min(device.capacity);
-        (cap / PAGE).max(1)
+        cap / PAGE
     }
 
     fn new_unit(&mut self, pages: u64) -> u32 {
@@ -431,6 +435,25 @@ mod tests {
         m.free_requested(0, &mut d);
         assert_eq!(m.stats.pages_migrated, 6);
         assert_eq!(m.stats.reserved, 0);
+    }
+
+    #[test]
+    fn under_a_capacity_below_one_page_every_page_streams_and_nothing_is_resident() {
+        // 1 MiB holds no 2 MiB page: reserved stays 0 (never above the capacity), each touch
+        // moves every page of the allocation through the device, and no request fails.
+        let (mut m, mut d) = managed(MIB, true);
+        m.malloc(&req(0, 1000), &mut d).unwrap();
+        assert_eq!((m.stats.reserved, m.stats.pages_migrated), (0, 1));
+        m.malloc(&req(1, 3 * PAGE), &mut d).unwrap();
+        assert_eq!((m.stats.reserved, m.stats.pages_migrated), (0, 4));
+        m.free_requested(0, &mut d);
+        m.free_requested(1, &mut d);
+        assert_eq!((m.stats.reserved, m.stats.peak_reserved, m.stats.pages_migrated, m.stats.num_ooms), (0, 0, 8, 0));
+        assert_eq!(m.stats.allocated, 0);
+        // A capacity of 0 bytes: the same.
+        let (mut m, mut d) = managed(0, false);
+        m.malloc(&req(0, PAGE), &mut d).unwrap();
+        assert_eq!((m.stats.reserved, m.stats.pages_migrated), (0, 1));
     }
 
     #[test]

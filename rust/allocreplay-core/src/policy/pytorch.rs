@@ -40,11 +40,7 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     env: Some("PYTORCH_CUDA_ALLOC_CONF"),
     bool_words: ("True", "False"),
     recorded: true,
-    // Not a PyTorch restriction: this port panics (ExpandableSegment::map's alignment check)
-    // or loops on gpt2_train__default with both set, e.g. expandable_segments:True,
-    // max_split_size_mb:64,roundup_power2_divisions:[64:8,256:4,>:1],max_non_split_rounding_mb:256.
-    // Searched apart until that is fixed.
-    search_excludes: &[("expandable_segments", "max_split_size_mb")],
+    search_excludes: &[],
 };
 
 pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
@@ -669,6 +665,8 @@ impl CachingAllocator {
 
     /// `release_block`: cudaFree of an unsplit, non-expandable free block.
     fn release_block(&mut self, b: u32, dev: &mut DeviceMemory) {
+        // Upstream's TORCH_INTERNAL_ASSERT: expandable segments are unmapped, never cudaFree'd.
+        assert_eq!(self.blocks[b as usize].expandable, NONE, "release_block of a block of an expandable segment");
         let (ptr, size) = (self.blocks[b as usize].ptr, self.blocks[b as usize].size);
         self.stats.num_device_free += 1;
         dev.free(ptr, size);
@@ -766,7 +764,11 @@ impl CachingAllocator {
         true
     }
 
-    /// `release_available_cached_blocks` (only with `max_split_size`).
+    /// `release_available_cached_blocks` (only with `max_split_size`). Blocks of expandable
+    /// segments are never released here, as upstream's current version has it: a single block
+    /// large enough that is expandable sends it to the several-blocks path, which releases only
+    /// the others (before, this port cudaFree'd part of an expandable segment's address space and
+    /// later panicked in `ExpandableSegment::map` or looped).
     fn release_available_cached_blocks(&mut self, pool: u32, stream: u64, size: u64, dev: &mut DeviceMemory) -> bool {
         let max_split = self.config.max_split_size;
         if max_split == u64::MAX {
@@ -774,9 +776,12 @@ impl CachingAllocator {
         }
         let key_size = size.max(max_split);
         let rank = self.rank(stream);
-        let found = self.pools[pool as usize].blocks.range(size_key(rank, key_size, 0), None).next().map(|(_, b)| b);
+        // A max_split_size_mb near 2^64 / MiB (upstream clamps it there) is beyond the packed
+        // keys' sizes: no block is that large (found by tests/test_hypothesis_inputs.py).
+        let lookup = key_size.min((1 << 56) - 1);
+        let found = self.pools[pool as usize].blocks.range(size_key(rank, lookup, 0), None).next().map(|(_, b)| b);
         match found {
-            Some(b) if self.blocks[b as usize].stream == stream => {
+            Some(b) if self.blocks[b as usize].stream == stream && self.blocks[b as usize].expandable == NONE => {
                 self.release_block(b, dev);
                 true
             }
@@ -802,8 +807,10 @@ impl CachingAllocator {
                     if total_released >= key_size || bl.size < max_split || bl.stream != stream {
                         break;
                     }
-                    total_released += bl.size;
-                    self.release_block(b, dev);
+                    if bl.expandable == NONE {
+                        total_released += bl.size;
+                        self.release_block(b, dev);
+                    }
                 }
                 total_released >= key_size
             }
@@ -839,7 +846,10 @@ impl CachingAllocator {
             block_freed = false;
             let all = self.blocks_in_order(large);
             for b in all {
-                if !self.blocks[b as usize].is_split() && gc_count(self, b) as f64 >= age_threshold {
+                // Upstream skips expandable segments' blocks here (they are unmapped, not freed),
+                // though it counts them in the average age above.
+                let bl = &self.blocks[b as usize];
+                if !bl.is_split() && bl.expandable == NONE && gc_count(self, b) as f64 >= age_threshold {
                     block_freed = true;
                     gc_reclaimed += self.blocks[b as usize].size;
                     total_age -= gc_count(self, b);
@@ -1336,6 +1346,58 @@ mod tests {
         let log = d.log.take().unwrap();
         let kinds: Vec<_> = log.iter().map(|e| (e.action.as_str(), e.size / MB)).collect();
         assert_eq!(kinds, vec![("segment_map", 40), ("segment_unmap", 40), ("segment_map", 100)]);
+    }
+
+    #[test]
+    fn with_max_split_size_an_expandable_block_is_unmapped_never_cudafreed() {
+        // release_available_cached_blocks skips expandable segments' blocks (upstream): the
+        // oversize free block A is left to release_cached_blocks, which unmaps its pages. This
+        // port used to cudaFree it (part of the segment's address space), then panicked in
+        // ExpandableSegment::map or looped.
+        let (mut a, mut d) = alloc("expandable_segments:True,max_split_size_mb:32", Some(100 * MB));
+        d.log = Some(Vec::new());
+        let pa = a.malloc(&req(0, 60 * MB, 0), &mut d).unwrap();
+        a.malloc(&req(1, 30 * MB, 0), &mut d).unwrap();
+        assert_eq!(a.stats.reserved, 100 * MB);
+        free(&mut a, &mut d, 0);
+        // 12 MiB: A (60 MiB >= max_split_size) is too big for it, the 10 MiB tail after B too
+        // small, and mapping another page exceeds the cap.
+        let pc = a.malloc(&req(2, 12 * MB, 0), &mut d).unwrap();
+        assert_eq!(pc.addr, pa.addr, "C goes where A's pages were unmapped and one mapped again");
+        assert_eq!((a.stats.num_alloc_retries, a.stats.num_ooms), (1, 0));
+        assert_eq!(a.stats.reserved, 60 * MB);
+        let log = d.log.take().unwrap();
+        let kinds: Vec<_> = log.iter().map(|e| (e.action.as_str(), e.size / MB)).collect();
+        assert_eq!(kinds, vec![("segment_map", 60), ("segment_map", 40), ("segment_unmap", 60), ("segment_map", 20)]);
+        free(&mut a, &mut d, 1);
+        free(&mut a, &mut d, 2);
+        assert_eq!(a.stats.allocated, 0);
+    }
+
+    #[test]
+    fn huge_option_values_clamp_as_upstream_and_replay() {
+        // Found by tests/test_hypothesis_inputs.py: max_split_size_mb near 2^64 / MiB (clamped
+        // there, as upstream does) overflowed the packed block keys in
+        // release_available_cached_blocks; max_non_split_rounding_mb overflowed its bytes.
+        for conf in [
+            "max_split_size_mb:9223372036854775808",
+            "max_non_split_rounding_mb:9223372036854775808",
+            "expandable_segments:True,max_split_size_mb:18446744073709551615",
+        ] {
+            let (mut a, mut d) = alloc(conf, Some(100 * MB));
+            a.malloc(&req(0, 60 * MB, 0), &mut d).unwrap();
+            // Does not fit beside the first: releases what it can, then an OOM.
+            assert!(a.malloc(&req(1, 50 * MB, 0), &mut d).is_err(), "{conf}");
+            assert_eq!((a.stats.num_ooms, a.stats.allocated), (1, 60 * MB), "{conf}");
+            free(&mut a, &mut d, 0);
+            a.malloc(&req(2, 50 * MB, 0), &mut d).unwrap();
+        }
+        assert_eq!(
+            PytorchConfig::parse("max_non_split_rounding_mb:9223372036854775808").unwrap().max_non_split_rounding,
+            u64::MAX / MB * MB
+        );
+        let e = PytorchConfig::parse("large_segment_size_mb:9223372036854775808").unwrap_err().to_string();
+        assert_eq!(e, "large_segment_size_mb must be at most 34359738367, got 9223372036854775808");
     }
 
     #[test]

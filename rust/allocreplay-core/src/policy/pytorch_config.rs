@@ -152,12 +152,20 @@ impl PytorchConfig {
                     if mb <= K_LARGE_BUFFER / MB {
                         return Err(spec_err(format!("max_non_split_rounding_mb too small ({mb}), must be > {}", K_LARGE_BUFFER / MB)));
                     }
-                    c.max_non_split_rounding = mb * MB;
+                    // Clamped as upstream clamps it (found by tests/test_hypothesis_inputs.py:
+                    // 2^63 MiB overflowed).
+                    c.max_non_split_rounding = mb.min(u64::MAX / MB) * MB;
                 }
                 "large_segment_size_mb" => {
                     let mb = parse_u64(key, value)?;
                     if mb <= 10 {
                         return Err(spec_err(format!("large_segment_size_mb must be > 10, got {mb}")));
+                    }
+                    // No segment from 2^55 bytes can be served (`policy::MAX_REQUEST`); 2^63 MiB
+                    // overflowed (found by tests/test_hypothesis_inputs.py).
+                    let max = super::MAX_REQUEST / MB - 1;
+                    if mb > max {
+                        return Err(spec_err(format!("large_segment_size_mb must be at most {max}, got {mb}")));
                     }
                     c.large_segment_size = mb * MB;
                 }

@@ -46,6 +46,8 @@ fn check_ipc_bounds(bytes: &[u8]) -> std::result::Result<(), String> {
     let footer_len = i32::from_le_bytes(bytes[n - 10..n - 6].try_into().unwrap());
     let footer_len = usize::try_from(footer_len).ok().filter(|&l| l <= n - 18).ok_or("the footer length is out of the file")?;
     let footer = arrow_ipc::root_as_footer(&bytes[n - 10 - footer_len..n - 10]).map_err(|e| format!("corrupt footer: {e}"))?;
+    // The schema the reader will use; when it does not convert, the reader refuses the file.
+    let schema = footer.schema().and_then(|s| arrow_ipc::convert::try_fb_to_schema(s).ok());
     let mut rows: u64 = 0;
     let blocks = footer.recordBatches().into_iter().flatten().chain(footer.dictionaries().into_iter().flatten());
     for (k, block) in blocks.enumerate() {
@@ -94,10 +96,155 @@ fn check_ipc_bounds(bytes: &[u8]) -> std::result::Result<(), String> {
                     return Err(format!("block {k}: a column has a negative length or more nulls than values"));
                 }
             }
+            if let Some(schema) = &schema {
+                check_buffer_widths(&msg, &b, schema).map_err(|m| format!("block {k}: {m}"))?;
+            }
         }
     }
     if rows > n as u64 / MIN_ROW_BYTES {
         return Err(format!("the batches claim {rows} rows, more than a file of {n} bytes holds"));
+    }
+    Ok(())
+}
+
+/// What arrow-ipc's reader asks of one buffer beyond lying in its body.
+#[derive(Clone, Copy)]
+struct BufferNeed {
+    /// Bytes per value: arrow's validation views the whole buffer as values of this width and
+    /// asserts (panics) when its length is not a multiple of it (`Buffer::typed_data`). 0: any.
+    width: usize,
+    /// Union type ids and offsets: the reader slices `rows × width` bytes, which panics past
+    /// the buffer's end (`Buffer::slice_with_length`).
+    whole_rows: bool,
+    /// The field node the buffer belongs to.
+    node: usize,
+}
+
+/// The buffers (in message order) the reader takes for a column of type `dt`, walking the
+/// type as `RecordBatchDecoder::create_array` does (one field node per array, buffers in
+/// pre-order). `None` when the message cannot hold it (too few variadic counts): the reader
+/// refuses that with an error, not a panic.
+fn buffer_needs(
+    dt: &arrow_schema::DataType,
+    v5: bool,
+    variadic: &mut std::collections::VecDeque<i64>,
+    nodes: &mut usize,
+    out: &mut Vec<BufferNeed>,
+) -> Option<()> {
+    use arrow_schema::{DataType::*, UnionMode};
+    let node = *nodes;
+    *nodes += 1;
+    let mut push = |width: usize, whole_rows: bool| out.push(BufferNeed { width, whole_rows, node });
+    match dt {
+        Utf8 | Binary => [0, 4, 0].into_iter().for_each(|w| push(w, false)),
+        LargeUtf8 | LargeBinary => [0, 8, 0].into_iter().for_each(|w| push(w, false)),
+        Utf8View | BinaryView => {
+            let count = usize::try_from(variadic.pop_front()?).ok()?;
+            push(0, false);
+            push(16, false);
+            (0..count.min(1 << 20)).for_each(|_| push(0, false));
+        }
+        List(f) | Map(f, _) => {
+            [0, 4].into_iter().for_each(|w| push(w, false));
+            buffer_needs(f.data_type(), v5, variadic, nodes, out)?;
+        }
+        LargeList(f) => {
+            [0, 8].into_iter().for_each(|w| push(w, false));
+            buffer_needs(f.data_type(), v5, variadic, nodes, out)?;
+        }
+        ListView(f) => {
+            [0, 4, 4].into_iter().for_each(|w| push(w, false));
+            buffer_needs(f.data_type(), v5, variadic, nodes, out)?;
+        }
+        LargeListView(f) => {
+            [0, 8, 8].into_iter().for_each(|w| push(w, false));
+            buffer_needs(f.data_type(), v5, variadic, nodes, out)?;
+        }
+        FixedSizeList(f, _) => {
+            push(0, false);
+            buffer_needs(f.data_type(), v5, variadic, nodes, out)?;
+        }
+        Struct(fields) => {
+            push(0, false);
+            for f in fields {
+                buffer_needs(f.data_type(), v5, variadic, nodes, out)?;
+            }
+        }
+        RunEndEncoded(run_ends, values) => {
+            buffer_needs(run_ends.data_type(), v5, variadic, nodes, out)?;
+            buffer_needs(values.data_type(), v5, variadic, nodes, out)?;
+        }
+        Dictionary(key, _) => {
+            push(0, false);
+            push(key.primitive_width().unwrap_or(0), false);
+        }
+        Union(fields, mode) => {
+            if !v5 {
+                push(0, false);
+            }
+            push(1, true);
+            if *mode == UnionMode::Dense {
+                push(4, true);
+            }
+            for (_, f) in fields.iter() {
+                buffer_needs(f.data_type(), v5, variadic, nodes, out)?;
+            }
+        }
+        Null => {}
+        FixedSizeBinary(_) => [0, 0].into_iter().for_each(|w| push(w, false)),
+        other => {
+            push(0, false);
+            push(other.primitive_width().unwrap_or(0), false);
+        }
+    }
+    Some(())
+}
+
+/// Every buffer of a record batch (or of a dictionary batch's values) long enough, and a
+/// multiple of its values' width, for what the reader does with it: arrow-rs panics instead of
+/// failing on such a buffer (found by the `arrow` fuzz target: a dictionary's offsets buffer
+/// whose length was not a multiple of 4). Checked here so that no panic happens at all, also
+/// under libFuzzer, whose panic hook aborts before `read_arrow_bytes`'s `catch_unwind`.
+fn check_buffer_widths(
+    msg: &arrow_ipc::Message,
+    b: &arrow_ipc::RecordBatch,
+    schema: &arrow_schema::Schema,
+) -> std::result::Result<(), String> {
+    if b.compression().is_some() {
+        return Ok(()); // Lengths are compressed sizes; this build reads no compressed files.
+    }
+    let types: Vec<arrow_schema::DataType> = match msg.header_as_dictionary_batch() {
+        Some(d) => {
+            #[allow(deprecated)] // the reader finds a dictionary's field the same way
+            let fields = schema.fields_with_dict_id(d.id());
+            match fields.first().map(|f| f.data_type()) {
+                Some(arrow_schema::DataType::Dictionary(_, values)) => vec![values.as_ref().clone()],
+                _ => return Ok(()), // the reader refuses a dictionary no field uses
+            }
+        }
+        None => schema.fields().iter().map(|f| f.data_type().clone()).collect(),
+    };
+    let v5 = msg.version() >= arrow_ipc::MetadataVersion::V5;
+    let mut variadic: std::collections::VecDeque<i64> = b.variadicBufferCounts().into_iter().flatten().collect();
+    let (mut nodes, mut needs) = (0, Vec::new());
+    for dt in &types {
+        if buffer_needs(dt, v5, &mut variadic, &mut nodes, &mut needs).is_none() {
+            return Ok(()); // the reader refuses a message without the variadic counts it needs
+        }
+    }
+    let field_nodes: Vec<_> = b.nodes().into_iter().flatten().collect();
+    for (j, (need, buf)) in needs.iter().zip(b.buffers().into_iter().flatten()).enumerate() {
+        let len = u64::try_from(buf.length()).unwrap_or(0);
+        let width = need.width as u64;
+        if width > 1 && len % width != 0 {
+            return Err(format!("buffer {j} holds {len} bytes, not a whole number of {width}-byte values"));
+        }
+        if need.whole_rows {
+            let rows = field_nodes.get(need.node).map_or(0, |n| u64::try_from(n.length()).unwrap_or(0));
+            if len < rows.saturating_mul(width) {
+                return Err(format!("buffer {j} holds {len} bytes, less than its {rows} values need"));
+            }
+        }
     }
     Ok(())
 }

@@ -207,7 +207,7 @@ pub fn load_program(prefix: &Path) -> Result<XlaProgram> {
         let raw = std::fs::read(&pb).map_err(|e| Error::io(&pb, e))?;
         parse_hlo_proto(&pb, &raw)?
     } else if txt.is_file() {
-        let text = std::fs::read_to_string(&txt).map_err(|e| Error::io(&txt, e))?;
+        let text = crate::import::read_text(&txt)?;
         parse_buffer_assignment_text(&txt, &text)?
     } else {
         return Err(Error::format(
@@ -221,7 +221,7 @@ pub fn load_program(prefix: &Path) -> Result<XlaProgram> {
     program.prefix = prefix.to_path_buf();
     let lr = with_suffix(prefix, "-live-range.txt");
     if lr.is_file() {
-        let text = std::fs::read_to_string(&lr).map_err(|e| Error::io(&lr, e))?;
+        let text = crate::import::read_text(&lr)?;
         let (end, ranges) = parse_live_range_text(&lr, &text)?;
         program.schedule_end = Some(end);
         for v in &mut program.values {
