@@ -242,7 +242,11 @@ fn cuda_async_out_of_sample_on_eight_workloads_captured_after_the_fit() {
         let med = median(real_async_runs(name));
         let err = (s.peak_reserved as f64 - med) / med;
         eprintln!("{name:>18} cuda-async {:>14} vs median of real runs {med:>14.0}: {:+.2}%", s.peak_reserved, err * 100.0);
-        assert_eq!(s.peak_allocated, stat(&repo(&format!("traces/cuda/{name}__async.json")), "allocated_bytes.all.peak"), "{name}: used bytes");
+        assert_eq!(
+            s.peak_allocated,
+            stat(&repo(&format!("traces/cuda/{name}__async.json")), "allocated_bytes.all.peak"),
+            "{name}: used bytes"
+        );
         errors.push((name, err.abs()));
     }
     let mean = errors.iter().map(|e| e.1).sum::<f64>() / errors.len() as f64;
