@@ -6,6 +6,7 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      # make fuzz FUZZ_SECONDS=600
 #   RUNS=1000000 scripts/fuzz.sh 3600 arrow    # stop at 1,000,000 executions (or the time)
+#   MAX_LEN=8192 scripts/fuzz.sh 600 policy_cuda_async   # shorter inputs (request streams of up to 1,638 ops)
 #
 # Needs a nightly toolchain and cargo-fuzz (`rustup toolchain install nightly`,
 # `cargo install cargo-fuzz`). FUZZ_TARGET_DIR sets the build folder (default fuzz/target;
@@ -31,7 +32,7 @@ for t in "${targets[@]}"; do
     # integer overflows panic. FUZZ_FLAGS overrides (e.g. "-s address").
     # shellcheck disable=SC2086
     (cd fuzz && cargo +nightly fuzz run ${FUZZ_FLAGS:--s none -a} --target-dir "$target_dir" "$t" "corpus/$t" "../$seeds" -- \
-        -max_total_time="$secs" ${RUNS:+-runs="$RUNS"} -rss_limit_mb=2048 -max_len=65536 -timeout=10 -print_final_stats=1 \
+        -max_total_time="$secs" ${RUNS:+-runs="$RUNS"} -rss_limit_mb=2048 -max_len="${MAX_LEN:-65536}" -timeout=10 -print_final_stats=1 \
         -artifact_prefix="artifacts/$t/") 2>&1 | grep -E "^(Done|stat::number_of_executed_units|==[0-9]+==|SUMMARY|thread '|panicked)" || true
     [ -z "$(ls -A "fuzz/artifacts/$t")" ] || { echo "$t: crash inputs in fuzz/artifacts/$t" >&2; exit 1; }
 done
