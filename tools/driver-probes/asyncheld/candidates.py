@@ -1,16 +1,8 @@
-import sys, lzma, bisect
+import sys
 from collections import Counter
+from replay_log import load
 w = sys.argv[1]
-lines = lzma.open(f"../../device/asyncreplay/{w}.req.xz", "rt").read().split("\n")
-ev = [l.split() for l in lines[1:] if l]
-addr = {}
-for l in open(f"{w}_async.txt"):
-    i, a, r = map(int, l.split()); addr[i] = a
-size = {}
-for e in ev:
-    if e[0] == "a": size[int(e[1])] = (int(e[2]) + 511) // 512 * 512
-first = next(int(e[1]) for e in ev if e[0]=="a" and int(e[2])>0)
-base = addr[first]
+ev, addr, size, base = load(w)
 free = {}  # start -> [end, stamp]
 top = 0; c = Counter(); stamp = 0; total = 0
 M=2**20; shown = 0
