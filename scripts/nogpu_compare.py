@@ -43,11 +43,11 @@ class Case:
 
 CASES = [
     Case("gpt2_train", 12, f"{SHARED}/gpt2_train__default", f"{SHARED}/gpt2_train__expandable.json", False),
-    Case("resnet50_train", 8, f"{ROOT}/traces/cuda/resnet50_train__default", None, False),
-    Case("llama_generate", 8, f"{ROOT}/traces/cuda/llama_generate__default", None, False, unknown="zero"),
+    Case("resnet50_train", 8, f"{ROOT}/traces/cuda/resnet50_train__default", f"{ROOT}/traces/cuda/resnet50_train__expandable.json", False),
+    Case("llama_generate", 8, f"{ROOT}/traces/cuda/llama_generate__default", f"{ROOT}/traces/cuda/llama_generate__expandable.json", False, unknown="zero"),
     Case("densenet121_train", 6, f"{ROOT}/traces/nogpu/densenet121_train__default", f"{ROOT}/traces/nogpu/densenet121_train__expandable.json", True),
     Case("qwen2_train", 8, f"{ROOT}/traces/nogpu/qwen2_train__default", f"{ROOT}/traces/nogpu/qwen2_train__expandable.json", True),
-    Case("convnext_train", 6, f"{ROOT}/traces/cuda/convnext_train__default", None, True),
+    Case("convnext_train", 6, f"{ROOT}/traces/cuda/convnext_train__default", f"{ROOT}/traces/cuda/convnext_train__expandable.json", True),
 ]
 
 

@@ -208,3 +208,70 @@ def test_converting_a_model_frees_each_old_parameter_before_the_next_is_converte
         ("alloc", 2048 * 1024 * 2),
         ("free_requested", 2048 * 1024 * 4),
     ]
+
+
+def _real_requests(stem: str) -> list[tuple[str, int]]:
+    real = allocreplay.load(REPO / "traces" / "nogpu" / f"{stem}.pickle.xz")
+    return [r for r in requests(real) if r[0] in ("alloc", "free_requested")]
+
+
+def test_a_small_training_step_requests_what_the_real_gpu_run_requested(tmp_path):
+    # traces/nogpu/tiny_step__default.pickle.xz: scripts/nogpu_tiny.py run on an H200 (torch
+    # 2.11.0+cu130, cuDNN 9.19) with the allocator's history recorded. Its 127 requests include
+    # what no tensor of the program shows: cuDNN's convolution workspaces, the reductions'
+    # staging buffers and semaphores, flash attention's philox state and backward scratch, the
+    # contiguous copies cuBLAS and cuDNN make of an expanded gradient, and the residual's
+    # gradient added in place by the autograd engine. The no-GPU run must request the same
+    # sizes in the same order.
+    runner = REPO / "scripts" / "nogpu_tiny.py"
+    cmd = [sys.executable, "-m", "allocreplay", "capture", "--no-gpu", "-o", "tiny.arrow", "--", sys.executable, str(runner)]
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = [r for r in requests(allocreplay.load(tmp_path / "tiny.arrow")) if r[0] in ("alloc", "free_requested")]
+    real = _real_requests("tiny_step__default")
+    assert len(real) == 127
+    assert got == real
+
+
+def test_reduction_staging_buffers_follow_reduce_cuh():
+    from allocreplay.capture import _nogpu_extras as extras
+
+    # gpt2_train__default (../shared/traces/pytorch): the bias gradients' column sums on an
+    # H200 (132 multiprocessors) request a staging buffer and semaphores of these sizes.
+    assert extras.reduce_staging(768, 6720, 132) == (41_287_680, 24)
+    assert extras.reduce_staging(3072, 6720, 132) == (138_412_032, 96)
+    assert extras.reduce_staging(2304, 6720, 132) == (123_863_040, 72)
+    assert extras.reduce_staging(768, 4696, 132) == (29_097_984, 24)
+    assert extras.reduce_staging(768, 1408, 132) == (8_650_752, 24)
+    # Few rows per output: reduced inside the blocks, no global memory.
+    assert extras.reduce_staging(768, 512, 132) == (0, 0)
+    # flash attention's backward scratch, gpt2_train__default's two sequence lengths.
+    q = _nogpu_meta((8, 12, 840, 64))
+    assert extras.flash_backward_scratch(q) == 20_966_656
+    assert extras.flash_backward_scratch(_nogpu_meta((8, 12, 105, 64))) == 2_621_056
+
+
+def test_cudnn_workspaces_come_from_the_measured_table():
+    import torch
+
+    from allocreplay.capture import _nogpu_extras as extras
+
+    def ws(direction: str, x: tuple[int, ...], w: tuple[int, ...], stride: int, pad: int) -> list[int]:
+        xt, wt = _nogpu_meta(x), _nogpu_meta(w)
+        return extras.conv_workspaces(torch, direction, xt, wt, [stride] * 2, [pad] * 2, [1, 1], False, 1)
+
+    # resnet50_train__default (traces/cuda/, the real run) requested these for its stem and a
+    # layer1 3x3 convolution at batch 64; the table was measured on the same device model.
+    assert ws("forward", (64, 3, 224, 224), (64, 3, 7, 7), 2, 3) == [244_093_712]
+    assert ws("filter", (64, 64, 56, 56), (64, 64, 3, 3), 1, 1) == [104_972_967]
+    assert ws("data", (64, 64, 56, 56), (64, 64, 3, 3), 1, 1) == [102_908_051]
+    # A batch size not measured: the nearest one's, scaled.
+    assert ws("forward", (56, 64, 56, 56), (64, 64, 3, 3), 1, 1) == [102_908_051 * 56 // 64]
+    # A convolution of no measured model: the median share of its kind, or none.
+    assert ws("forward", (8, 40, 30, 30), (40, 40, 3, 3), 1, 1)[0] > 0
+
+
+def _nogpu_meta(shape: tuple[int, ...]) -> object:
+    import torch
+
+    return torch.empty(shape, device="meta")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import linecache
 import os
 import sys
@@ -277,6 +278,9 @@ class Recorder:
         self.debug = bool(os.environ.get("ALLOCREPLAY_NOGPU_DEBUG"))
         self.op = ""
         self.ops: list[str] = []  # with ALLOCREPLAY_NOGPU_DEBUG: the operator of each allocation
+        # An autograd gradient accumulation that the GPU run does in place (see accumulated):
+        # (key of the sum, key of the buffer's old gradient, index of the sum's alloc entry).
+        self.inplace: tuple[int, int, int] | None = None
 
     def stream_id(self) -> int:
         s = _state.stream
@@ -284,6 +288,7 @@ class Recorder:
 
     def alloc(self, key: int, size: int, stream: int | None = None) -> None:
         with self.lock:
+            self.inplace = None
             addr = self.next_addr
             self.next_addr += (size + 511) // 512 * 512 or 512
             st = self.stream_id() if stream is None else stream
@@ -297,6 +302,18 @@ class Recorder:
 
     def free(self, key: int) -> None:
         with self.lock:
+            pending, self.inplace = self.inplace, None
+            if pending is not None and pending[1] == key and len(self.entries) == pending[2] + 1 and pending[0] in self.live:
+                # The old gradient died as the sum replaced it: it was the last reference, so
+                # the GPU run added into it in place. The sum takes the old gradient's block.
+                self.entries.pop()
+                if self.debug:
+                    self.ops.pop()
+                _, size, _ = self.live[pending[0]]
+                self.allocated -= _rounded(size)
+                self.num_allocs -= 1
+                self.live[pending[0]] = self.live.pop(key)
+                return
             got = self.live.pop(key, None)
             if got is None:
                 return
@@ -304,6 +321,22 @@ class Recorder:
             self.entries.append({"action": "free_requested", "addr": addr, "size": size, "stream": st})
             self.entries.append({"action": "free_completed", "addr": addr, "size": size, "stream": st})
             self.allocated -= _rounded(size)
+
+    def accumulated(self, sum_key: int, old_key: int) -> None:
+        """``sum_key`` was just allocated for ``old + new`` in autograd's gradient accumulation.
+
+        ``InputBuffer::accumulate`` (torch/csrc/autograd/input_buffer.cpp) adds the new
+        gradient into the old one in place when grad mode is off and it holds the last
+        reference to the old gradient and its storage (``can_accumulate_inplace``), but never
+        for a tensor subclass — which the fake tensors are, so here the sum is a new storage.
+        Whether it held the last reference shows at once: the old gradient's storage is freed
+        by the very next event, as ``buffer[pos] = old_var + var`` replaces it; :meth:`free`
+        then takes the sum's allocation back (the sum lives in the old gradient's block).
+        """
+        with self.lock:
+            last = self.entries[-1] if self.entries else None
+            if last is not None and last["action"] == "alloc" and sum_key in self.live and self.live[sum_key][0] == last["addr"]:
+                self.inplace = (sum_key, old_key, len(self.entries) - 1)
 
     def temporary(self, size: int) -> None:
         """A buffer a kernel allocates and frees inside one operator (a workspace)."""
@@ -344,6 +377,11 @@ class Recorder:
         weakref.finalize(storage, self.free, key)
 
     def snapshot(self, conf: str) -> dict[str, Any]:
+        dump = os.environ.get("ALLOCREPLAY_NOGPU_DEBUG", "")
+        if dump.endswith(".json"):
+            # For studying the trace against a real capture: the operator of each allocation.
+            with open(dump, "w") as f:
+                json.dump(self.ops, f)
         return {
             "segments": [],
             "device_traces": [list(self.entries)],
@@ -636,6 +674,9 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     converter = fake.fake_tensor_converter
     cuda_type = "cuda"
+    add_tensor = torch.ops.aten.add.Tensor
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+
     value_ops = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default}
     cpu = torch.device("cpu")
     random_tag = torch.Tag.nondeterministic_seeded
@@ -743,6 +784,8 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
             if func in value_ops:
                 return compute(func, args, kwargs, func.__name__)
             rec.op = str(func)
+            if rec.debug:
+                rec.op += " " + repr([tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in flat])
             plan = extras.before(func, args, kwargs, rec)
             try:
                 with fake:
@@ -773,9 +816,22 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
                         rec.adopt(st, plan.pop(i))
                     else:
                         rec.track(st, st.nbytes())
+                    extras.after_output(func, args, kwargs, i, rec)
             for key in plan.values():  # not taken over: freed with the operator
                 rec.free(key)
             extras.after(func, args, kwargs, out, rec)
+            if func is add_tensor and not kwargs and len(args) == 2 and not torch.is_grad_enabled():
+                old = args[0]
+                if (
+                    isinstance(out, FakeTensor)
+                    and isinstance(old, FakeTensor)
+                    and isinstance(args[1], torch.Tensor)
+                    and out.shape == old.shape
+                    and out.dtype == old.dtype
+                    and torch._C._current_autograd_node() is not None
+                    and is_non_overlapping_and_dense(old)
+                ):
+                    rec.accumulated(out.untyped_storage()._cdata, old.untyped_storage()._cdata)
             return out
 
     return NoGpuMode()

@@ -156,12 +156,218 @@ def before(func: Any, args: Any, kwargs: Any, rec: Any) -> dict[int, int]:
     the outputs that take over one of them."""
     name = func._opname
     if name == "_scaled_dot_product_flash_attention":
-        # cuda/attention.cpp, _flash_attention_forward: with dropout, the philox seed and offset
-        # (one 8-byte tensor each) come before the output. Measured: gpt2_train__default 167-168.
-        dropout = args[3] if len(args) > 3 else kwargs.get("dropout_p", 0.0)
-        if dropout and dropout > 0:
-            return {6: rec.persistent(8), 7: rec.persistent(8)}
+        # cuda/attention.cpp, _flash_attention_forward: the philox seed and offset (one 8-byte
+        # tensor each, with or without dropout) come before the output. Measured:
+        # gpt2_train__default 167-168 (dropout 0.1), tiny_step__default (no dropout).
+        return {6: rec.persistent(8), 7: rec.persistent(8)}
     return {}
+
+
+# cuDNN's convolution workspaces. PyTorch's cuDNN convolutions (ATen/native/cudnn/Conv_v8.cpp,
+# run_single_conv) allocate the workspace of the execution plan cuDNN's heuristics choose
+# through the caching allocator, after the output, and free it when the kernel is queued: the
+# forward after y, the backward's input gradient after grad_input, its weight gradient after
+# grad_weight. The size is the chosen engine's, decided on the device: _cudnn_h200.json holds
+# them as measured on an H200 (torch 2.11.0+cu130, cuDNN 9.19) for every convolution of ten
+# torchvision models at five batch sizes (tools/nogpu/probe_cudnn.py, build_cudnn_table.py).
+# A convolution not in it takes the table's entry for the nearest batch size, scaled; else, when
+# most convolutions of its kind (direction, kernel 1 / 3 / larger, strided, grouped) requested
+# a workspace there, the median share of their input's bytes.
+CUDNN_TABLE = "_cudnn_h200.json"
+_cudnn: list[dict[str, Any]] = []
+
+
+def _cudnn_table() -> dict[str, Any]:
+    if not _cudnn:
+        import json
+        import os
+
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), CUDNN_TABLE)) as f:
+            data = json.load(f)
+        by_shape: dict[str, list[tuple[int, list[int]]]] = {}
+        for k, ws in data["table"].items():
+            parts = k.split("|")
+            x = parts[1].split(",")
+            parts[1] = ",".join(x[1:])
+            by_shape.setdefault("|".join(parts), []).append((int(x[0]), ws))
+        data["by_shape"] = by_shape
+        _cudnn.append(data)
+    return _cudnn[0]
+
+
+def conv_workspaces(torch: Any, direction: str, x: Any, w: Any, stride: Any, padding: Any, dilation: Any, transposed: bool, groups: int) -> list[int]:
+    """The workspaces one cuDNN convolution kernel requests, in order (see CUDNN_TABLE)."""
+    table = _cudnn_table()
+    layout = int(x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous())
+    dtype = str(x.dtype).replace("torch.", "")
+    j = ",".join
+
+    def ints(v: Any) -> str:
+        return j(str(int(i)) for i in v)
+
+    rest = [ints(w.shape), dtype, str(layout), ints(stride), ints(padding), ints(dilation), str(int(bool(transposed))), str(int(groups))]
+    key = "|".join([direction, ints(x.shape), *rest])
+    found = table["table"].get(key)
+    if found is not None:
+        return list(found)
+    batch = int(x.shape[0])
+    near = table["by_shape"].get("|".join([direction, ints(x.shape[1:]), *rest]))
+    if near:
+        b0, ws = min(near, key=lambda e: (abs(e[0] - batch), e[0]))
+        return [max(1, s * batch // b0) for s in ws]
+    k = max((int(d) for d in w.shape[2:]), default=1)
+    kind = f"{direction}|{1 if k == 1 else 3 if k <= 3 else 7}|{int(any(int(s) != 1 for s in stride))}|{int(int(groups) > 1)}"
+    share = table["share"].get(kind)
+    if share is None or share["with_workspace"] < 0.5 or share["share"] <= 0:
+        return []
+    return [int(share["share"] * x.numel() * x.element_size())]
+
+
+def _cublas_copy(m: Any) -> int:
+    """Bytes of the contiguous copy cuBLAS needs of matrix ``m`` (0 when it takes it as it is):
+    aten/src/ATen/native/cuda/Blas.cpp, prepare_matrix_for_cublas — a dense matrix, or one with
+    a unit stride and a leading dimension at least its size, is passed as it is; any other (an
+    expanded gradient, stride 0) is cloned contiguous."""
+    if m.dim() != 2:
+        return 0
+    (r, c), (sr, sc) = m.shape, m.stride()
+    if _dense(m) or (sr == 1 and sc >= max(1, r)) or (sc == 1 and sr >= max(1, c)):
+        return 0
+    return int(m.numel()) * int(m.element_size())
+
+
+def _dense(t: Any) -> bool:
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    return bool(is_non_overlapping_and_dense_or_false(t))
+
+
+# Copies made inside the current operator, freed when it ends (after its workspaces).
+_operator_copies: list[int] = []
+
+
+def after_output(func: Any, args: Any, kwargs: Any, i: int, rec: Any) -> None:
+    """Allocations a kernel makes right after its output ``i`` (workspaces, operand copies)."""
+    import torch
+
+    name = func._opname
+    if name in ("mm", "addmm") and i == 0:
+        # The operands cuBLAS cannot read as they are, copied after the output (Blas.cpp,
+        # addmm_out_cuda_impl) and freed with the operator. Measured: tiny_step__default, the
+        # backward of a Linear layer under `.sum()` (an expanded gradient).
+        for m in args[:2] if name == "mm" else args[1:3]:
+            if isinstance(m, torch.Tensor) and _cublas_copy(m):
+                _operator_copies.append(rec.persistent(_cublas_copy(m)))
+    elif name == "convolution" and i == 0:
+        # aten::convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+        x, w, _, stride, padding, dilation, transposed, _, groups = args[:9]
+        if x.dim() == 4 and x.is_floating_point():
+            for size in conv_workspaces(torch, "forward", x, w, stride, padding, dilation, transposed, groups):
+                rec.temporary(size)
+    elif name == "convolution_backward" and i in (0, 1):
+        # aten::convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
+        # dilation, transposed, output_padding, groups, output_mask)
+        x, w, _, stride, padding, dilation, transposed, _, groups = args[1:10]
+        if x.dim() != 4 or not x.is_floating_point():
+            return
+        # A grad_output cuDNN cannot read as it is (an expanded gradient) is made contiguous for
+        # the input gradient, freed after it, and once more before the weight gradient, freed
+        # with the operator (cudnn_convolution_backward; measured: tiny_step__default).
+        copy = 0 if _dense(args[0]) else int(args[0].numel()) * args[0].element_size()
+        first = rec.persistent(copy) if copy and i == 0 else None
+        for size in conv_workspaces(torch, "data" if i == 0 else "filter", x, w, stride, padding, dilation, transposed, groups):
+            rec.temporary(size)
+        if first is not None:
+            rec.free(first)
+            _operator_copies.append(rec.persistent(copy))
+
+
+def _last_pow2(n: int) -> int:
+    # Reduce.cuh, last_pow2: the largest power of 2 <= n (at least 1).
+    return max(1, 1 << (max(1, n).bit_length() - 1))
+
+
+def _div_up(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def reduce_staging(num_outputs: int, inputs_per_output: int, sms: int, vec: int = 4) -> tuple[int, int]:
+    """The global-memory staging buffer and semaphores a CUDA reduction over the outer
+    (slowest-striding) dimension allocates: aten/src/ATen/native/cuda/Reduce.cuh, setReduceConfig
+    for a reduction not on the fastest-striding dimension, with vectorized outputs
+    (output_vec_size 4), float accumulation, 512 threads at most and 2,048 per multiprocessor;
+    then ReduceConfig::global_memory_size and semaphore_size. (0, 0) when it reduces inside its
+    blocks. Measured: gpt2_train__default's bias gradients (sum over dim 0 of (N, C)), e.g.
+    N=6720, C=768 -> 41,287,680 and 24 bytes."""
+    outputs = num_outputs // vec
+    max_threads = 512 // vec
+    # ReduceConfig::set_block_dimension(dim0 = outputs, dim1 = inputs)
+    dim0 = _last_pow2(outputs) if outputs < max_threads else max_threads
+    dim1 = _last_pow2(inputs_per_output) if inputs_per_output < max_threads else max_threads
+    width = min(dim0, 32)
+    height = min(dim1, max_threads // width)
+    width = min(dim0, max_threads // height)
+    threads = width * height
+    step_output, step_input = width, 1
+    split_y = inputs_per_output >= height * 16 or inputs_per_output >= 256
+    if split_y:
+        step_input = height
+    else:
+        step_output *= height
+    values_per_thread = _div_up(inputs_per_output, step_input)
+    grid = _div_up(outputs, step_output)
+    target = sms * (2048 // threads)
+    ctas = 1
+    if split_y and values_per_thread >= 256 and grid <= target:
+        ctas = max(min(_div_up(target, grid), _div_up(values_per_thread, 16)), _div_up(values_per_thread, 256))
+    if ctas <= 1:
+        return 0, 0
+    return 4 * num_outputs * ctas * width * vec, 4 * grid
+
+
+def full_reduce_staging(numel: int, sms: int) -> tuple[int, int]:
+    """The same for a reduction of a contiguous tensor to one value (setReduceConfig on the
+    fastest-striding dimension: one row of up to 512 threads, each block reducing its share,
+    ReduceConfig::global_memory_size without the block-width factor). Measured:
+    tiny_step__default (scripts/nogpu_tiny.py): sums of 12,845,056, 1,572,864 and 524,288
+    floats -> buffers of 2,112, 768 and 256 bytes, and a 4-byte semaphore each."""
+    width = _last_pow2(numel) if numel < 512 else 512
+    values_per_thread = _div_up(numel, width)
+    if values_per_thread < 256:
+        return 0, 0
+    target = sms * (2048 // width)
+    ctas = max(min(target, _div_up(values_per_thread, 16)), _div_up(values_per_thread, 256))
+    if ctas <= 1:
+        return 0, 0
+    return 4 * ctas, 4
+
+
+REDUCTION_OPS = ("sum", "mean")
+
+
+def _outer_reduction(x: Any, dims: Any) -> tuple[int, int] | None:
+    """(num_outputs, inputs_per_output) when ``dims`` are exactly the leading dimensions of the
+    contiguous tensor ``x`` (a column reduction: what bias gradients do), else None."""
+    if dims is None or not x.is_contiguous() or x.dim() < 2:
+        return None
+    nd = x.dim()
+    reduced = sorted({int(d) % nd for d in ([dims] if isinstance(dims, int) else dims)})
+    if not reduced or reduced != list(range(len(reduced))) or len(reduced) == nd:
+        return None
+    inputs = 1
+    for d in reduced:
+        inputs *= int(x.shape[d])
+    outputs = x.numel() // max(inputs, 1)
+    return outputs, inputs
+
+
+# flash-attention's backward (aten/src/ATen/native/transformers/cuda/flash_attn): one float32
+# buffer for the query gradient's accumulator and the softmax row sums, allocated after dq, dk
+# and dv and freed with the operator: 4 * B * H * S_q * (head_dim + 1) + 256 bytes. Measured:
+# gpt2_train__default (8, 12, 840, 64) -> 20,966,656; (8, 12, 105, 64) -> 2,621,056.
+def flash_backward_scratch(q: Any) -> int:
+    b, h, s, d = (int(v) for v in q.shape)
+    return 4 * b * h * s * (d + 1) + 256
 
 
 def after(func: Any, args: Any, kwargs: Any, out: Any, rec: Any) -> None:
@@ -177,8 +383,27 @@ def after(func: Any, args: Any, kwargs: Any, out: Any, rec: Any) -> None:
             rec.persistent(CUBLAS_WORKSPACE)
             if first:
                 rec.persistent(CUBLASLT_FIRST)
+    if name in REDUCTION_OPS and args and getattr(args[0], "is_floating_point", lambda: False)():
+        # ReduceOp's staging buffer and semaphores (Reduce.cuh, gpu_reduce_kernel), allocated
+        # after the output, freed in reverse (the semaphores' DataPtr is destroyed first).
+        x, sms = args[0], int(rec.props.multi_processor_count)
+        dims = args[1] if len(args) > 1 and func._overloadname in ("dim_IntList", "dim") else None
+        buffer = semaphores = 0
+        if x.is_contiguous() and (dims is None or (x.dim() > 0 and len({int(d) % x.dim() for d in dims}) == x.dim())):
+            buffer, semaphores = full_reduce_staging(int(x.numel()), sms)
+        else:
+            shape = _outer_reduction(x, dims)
+            if shape is not None and shape[0] % 4 == 0:
+                buffer, semaphores = reduce_staging(shape[0], shape[1], sms)
+        if buffer:
+            a, b = rec.persistent(buffer), rec.persistent(semaphores)
+            rec.free(b)
+            rec.free(a)
+    while _operator_copies:
+        rec.free(_operator_copies.pop(0))
+    if name == "_scaled_dot_product_flash_attention_backward":
+        rec.temporary(flash_backward_scratch(args[1]))
     elif name == "_scaled_dot_product_flash_attention":
-        # A 256-byte temporary freed at once after the log-sum-exp (gpt2_train__default 171).
-        dropout = args[3] if len(args) > 3 else kwargs.get("dropout_p", 0.0)
-        if dropout and dropout > 0:
-            rec.temporary(256)
+        # A 256-byte temporary freed at once after the log-sum-exp (gpt2_train__default 171,
+        # tiny_step__default).
+        rec.temporary(256)
