@@ -3,7 +3,8 @@
 
 gpt2_train, resnet50_train, llama_generate: ../shared/capture/torch_run.py (the script of the
 real captures). densenet121_train, qwen2_train: scripts/nogpu_heldout.py (captured for real on
-an H200 into traces/nogpu/). convnext_train: tools/driver-probes/w.py's (traces/cuda/).
+an H200 into traces/nogpu/). convnext_train: tools/driver-probes/w.py's (traces/cuda/). efficientnet_train, mobilenet_train,
+swin_train: tools/driver-probes/asyncheld/workloads.py's (traces/cuda/).
 """
 
 import os
@@ -41,6 +42,12 @@ def main() -> None:
     import nogpu_heldout
 
     workloads = {"densenet121_train": nogpu_heldout.densenet121_train, "qwen2_train": nogpu_heldout.qwen2_train, "convnext_train": convnext_train}
+    if name in ("efficientnet_train", "mobilenet_train", "swin_train"):
+        # tools/driver-probes/asyncheld/workloads.py (traces/cuda/NAME__default: real runs).
+        sys.path.insert(0, os.path.join(here, "..", "tools", "driver-probes", "asyncheld"))
+        import workloads as asyncheld
+
+        workloads[name] = getattr(asyncheld, name)
     if name not in workloads:
         import torch_run
 

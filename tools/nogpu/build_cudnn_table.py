@@ -1,24 +1,20 @@
 """Builds capture --no-gpu's table of cuDNN convolution workspaces from probe_cudnn.py's output.
 
     python tools/nogpu/build_cudnn_table.py tools/nogpu/cudnn_h200_probe.json.xz \
-        python/allocreplay/capture/_cudnn_h200.json
+        python/allocreplay/capture/_cudnn_h200.json.xz
 
 The table maps each measured convolution (direction, input and weight shapes, dtype, layout,
-stride, padding, dilation, transposed, groups) to the workspaces it requested, in order; and,
-for convolutions not in it, a share of the input's bytes per kind of convolution (direction,
-kernel 1 / 3 / larger, strided or not, grouped or not): the ratio of the measured workspaces'
-total bytes to their inputs' total bytes, with the share of convolutions of that kind that
-requested none. See docs/no-gpu.md.
+stride, padding, dilation, transposed, groups) to the workspaces it requested, in order. A
+convolution it does not hold takes its nearest measured batch size's, scaled, else none: the
+rule for shapes no measured model has was chosen on peaks (tools/nogpu/fallback_lomo.py and
+docs/no-gpu.md). ``--without M1,M2`` leaves those models' own convolutions out (for that study).
 """
 
 from __future__ import annotations
 
 import json
 import lzma
-import math
-import statistics
 import sys
-from collections import defaultdict
 
 
 def key(c: dict) -> str:
@@ -59,30 +55,20 @@ def workspaces(requests: list[list]) -> list[int]:
 
 def main() -> None:
     src, dst = sys.argv[1:3]
+    # --without M1,M2: leave those models' convolutions out (those no other model also runs).
+    without = set(sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[3] == "--without" else set()
     opener = lzma.open if src.endswith(".xz") else open
     with opener(src, "rt") as f:
         probe = json.load(f)
     table: dict[str, list[int]] = {}
-    ratios: dict[str, list[float]] = defaultdict(list)
-    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for c in probe["convolutions"]:
-        ws = workspaces(c["requests"])
-        table[key(c)] = ws
-        k = kind(c["direction"], c["w"], c["stride"], c["groups"])
-        elem = 2 if c["dtype"] in ("float16", "bfloat16") else 8 if c["dtype"] == "float64" else 4
-        counts[k][0] += 1
-        if ws:
-            counts[k][1] += 1
-            ratios[k].append(sum(ws) / (math.prod(c["x"]) * elem))
-    # The median (not the mean: a few engines take workspaces many times the usual one).
-    share = {
-        k: {"share": round(statistics.median(ratios[k]), 4) if ratios[k] else 0.0, "with_workspace": round(n1 / n, 3), "n": n}
-        for k, (n, n1) in sorted(counts.items())
-    }
-    out = {"meta": probe["meta"], "share": share, "table": table}
-    with open(dst, "w") as f:
+        if without and not set(c.get("models", [])) - without:
+            continue
+        table[key(c)] = workspaces(c["requests"])
+    out = {"meta": probe["meta"], "table": table}
+    with (lzma.open if dst.endswith(".xz") else open)(dst, "wt") as f:
         json.dump(out, f, separators=(",", ":"), sort_keys=True)
-    print(f"{len(table)} convolutions, {len(share)} kinds -> {dst}")
+    print(f"{len(table)} convolutions -> {dst}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
     python tools/nogpu/probe_cudnn.py OUT.json [--models resnet50,...] [--batches 32,64,96]
 
-For each model (torchvision, random weights) and batch size, one training step (forward and
-backward, float32, PyTorch's defaults: cuDNN heuristics, TF32 allowed) collects every
+For each model (torchvision, random weights), batch size and precision (float32, and autocast
+to bfloat16 and to float16), one training step (forward and backward, PyTorch's defaults: cuDNN
+heuristics, TF32 allowed) collects every
 convolution the model runs (aten::convolution and aten::convolution_backward with their
 shapes, strides, padding, dilation, groups and output mask); then each distinct convolution is
 run alone, once per direction (forward; backward for the input gradient only; backward for the
@@ -34,6 +35,7 @@ class Collect(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.seen: dict[str, dict] = {}
+        self.model = ""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -41,7 +43,7 @@ class Collect(TorchDispatchMode):
             x, w, b, stride, padding, dilation, transposed, out_pad, groups = args
             self.add("forward", x, w, b is not None, stride, padding, dilation, transposed, out_pad, groups)
         elif func is aten.convolution_backward.default:
-            go, x, w, bias_sizes, stride, padding, dilation, transposed, out_pad, groups, mask = args
+            _go, x, w, _bias_sizes, stride, padding, dilation, transposed, out_pad, groups, mask = args
             if mask[0]:
                 self.add("data", x, w, False, stride, padding, dilation, transposed, out_pad, groups)
             if mask[1]:
@@ -63,7 +65,9 @@ class Collect(TorchDispatchMode):
             "groups": int(groups),
             "bias": bool(bias),
         }
-        self.seen.setdefault(json.dumps(c, sort_keys=True), c)
+        row = self.seen.setdefault(json.dumps(c, sort_keys=True), {**c, "models": []})
+        if self.model not in row["models"]:
+            row["models"].append(self.model)
 
 
 def requests(fn) -> list[list]:  # type: ignore[no-untyped-def]
@@ -104,23 +108,26 @@ def main() -> None:
     ap.add_argument("--models", default=DEFAULT_MODELS)
     ap.add_argument("--batches", default="16,32,64,96,128")
     ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--autocast", default="none,bfloat16,float16", help="steps run in float32 (none) and under these autocast dtypes")
     a = ap.parse_args()
     torch.manual_seed(0)
     collect = Collect()
     for name in a.models.split(","):
         model = getattr(torchvision.models, name)().cuda()
+        collect.model = name
         for bs in (int(b) for b in a.batches.split(",")):
-            x = torch.randn(bs, 3, a.size, a.size, device="cuda")
-            with collect:
-                model(x).sum().backward()
-            model.zero_grad(set_to_none=True)
+            for cast in a.autocast.split(","):
+                x = torch.randn(bs, 3, a.size, a.size, device="cuda")
+                with collect, torch.autocast("cuda", dtype=getattr(torch, cast) if cast != "none" else torch.bfloat16, enabled=cast != "none"):
+                    model(x).float().sum().backward()
+                model.zero_grad(set_to_none=True)
         del model
         torch.cuda.empty_cache()
         print(f"{name}: {len(collect.seen)} convolutions so far", flush=True)
     rows = []
     t0 = time.time()
     for c in collect.seen.values():
-        rows.append({**c, "requests": measure(c)})
+        rows.append({**c, "requests": measure({k: v for k, v in c.items() if k != "models"})})
         torch.cuda.empty_cache()
     props = torch.cuda.get_device_properties(0)
     meta = {
@@ -129,6 +136,7 @@ def main() -> None:
         "cudnn": torch.backends.cudnn.version(),
         "models": a.models.split(","),
         "batches": [int(b) for b in a.batches.split(",")],
+        "autocast": a.autocast.split(","),
         "seconds": round(time.time() - t0, 1),
     }
     with open(a.out, "w") as f:
