@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, TextIO
 from allocreplay import _core
 
 if TYPE_CHECKING:
-    from allocreplay._api import ReplayResult, Trace, TraceInfo
+    from allocreplay._api import ReplayResult, Trace
+    from allocreplay._core import TraceInfo
 
 __all__ = ["Bar", "replay", "replay_file"]
 

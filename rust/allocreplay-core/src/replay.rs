@@ -95,7 +95,11 @@ pub fn default_limit(trace: &Trace, device: i32, explicit: Option<Capacity>) -> 
 }
 
 /// [`default_limit`] from the trace's metadata alone (a streamed trace's).
-pub fn metadata_limit(metadata: &TraceMetadata, device: i32, explicit: Option<Capacity>) -> Result<(Option<u64>, Option<u64>, CapacitySource)> {
+pub fn metadata_limit(
+    metadata: &TraceMetadata,
+    device: i32,
+    explicit: Option<Capacity>,
+) -> Result<(Option<u64>, Option<u64>, CapacitySource)> {
     let info = metadata.device(device);
     if let Some(c) = explicit {
         let cap = c.resolve(info)?;

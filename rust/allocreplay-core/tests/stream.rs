@@ -122,7 +122,8 @@ fn bad_files_are_errors_naming_the_file() {
     let path = tmp("whole.arrow");
     write_arrow(&two_device_trace(false), &path).unwrap();
     let bytes = std::fs::read(&path).unwrap();
-    for (name, content) in [("empty.arrow", &bytes[..0]), ("truncated.arrow", &bytes[..bytes.len() - 20]), ("half.arrow", &bytes[..bytes.len() / 2])]
+    for (name, content) in
+        [("empty.arrow", &bytes[..0]), ("truncated.arrow", &bytes[..bytes.len() - 20]), ("half.arrow", &bytes[..bytes.len() / 2])]
     {
         let p = tmp(name);
         std::fs::write(&p, content).unwrap();

@@ -49,7 +49,7 @@ fn tile(py: Python<'_>, trace: &PyTrace, n: usize) -> BindingResult<PyTrace> {
 /// `tile` written to `path` batch by batch (`batch_rows` events each), never held whole: a
 /// tile of any length in the memory of one batch. The number of events written.
 #[pyfunction]
-#[pyo3(signature = (trace, n, path, batch_rows=1 << 20))]
+#[pyo3(signature = (trace, n, path, batch_rows=1048576))]
 fn tile_file(py: Python<'_>, trace: &PyTrace, n: usize, path: std::path::PathBuf, batch_rows: usize) -> BindingResult<u64> {
     let t = trace.inner.clone();
     guard(|| Ok(py.detach(move || allocreplay_core::trace::tile_to_file(&t, n, &path, batch_rows))?))

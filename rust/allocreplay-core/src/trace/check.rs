@@ -148,7 +148,12 @@ impl Violation {
     pub(crate) fn error(&self, path: &Path, at: u32) -> Error {
         Error::format(
             path,
-            format!("event {} ({}): {}; pass --lenient (Python: lenient=True) to skip such events", self.event, self.action.as_str(), (self.why)(at)),
+            format!(
+                "event {} ({}): {}; pass --lenient (Python: lenient=True) to skip such events",
+                self.event,
+                self.action.as_str(),
+                (self.why)(at)
+            ),
         )
     }
 }
@@ -204,7 +209,8 @@ impl<'m, S: IdStates> EventChecker<'m, S> {
                 format!("event {i} ({}): alloc_id {id} is not dense: ids must be below the number of events ({})", action.as_str(), self.n),
             ));
         }
-        let violation = |why: Box<dyn Fn(u32) -> String>, id: Option<u64>, at: Option<u32>| Ok(Err(Violation { event: i, action, id, at, why }));
+        let violation =
+            |why: Box<dyn Fn(u32) -> String>, id: Option<u64>, at: Option<u32>| Ok(Err(Violation { event: i, action, id, at, why }));
         let fixed = |m: String| -> Box<dyn Fn(u32) -> String> { Box::new(move |_| m.clone()) };
         let dev = c.device[j];
         if self.ok_device != Some(dev) {

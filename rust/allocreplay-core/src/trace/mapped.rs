@@ -254,9 +254,7 @@ impl Iterator for Batches<'_> {
             let prev = &t.blocks[self.next - 1];
             // SAFETY: a read-only file mapping: dropped pages read back from the file if a batch
             // still held by the caller touches them again.
-            let _ = unsafe {
-                self.map.unchecked_advise_range(UncheckedAdvice::DontNeed, prev.offset() as usize, block_len(prev))
-            };
+            let _ = unsafe { self.map.unchecked_advise_range(UncheckedAdvice::DontNeed, prev.offset() as usize, block_len(prev)) };
         }
         let block = t.blocks.get(self.next)?;
         self.next += 1;

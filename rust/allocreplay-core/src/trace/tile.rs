@@ -100,7 +100,8 @@ impl<'a> Tiler<'a> {
     #[inline]
     fn row(&self, k: u64, i: usize) -> Result<EventRow> {
         let (c, stack) = (&self.c, self.stack);
-        let action = Action::from_code(c.action[i]).ok_or_else(|| Error::Replay(format!("event {i}: unknown action code {}", c.action[i])))?;
+        let action =
+            Action::from_code(c.action[i]).ok_or_else(|| Error::Replay(format!("event {i}: unknown action code {}", c.action[i])))?;
         Ok(EventRow {
             action,
             alloc_id: c.alloc_id_valid(i).then(|| c.alloc_id[i] + k * self.id_step),
