@@ -86,3 +86,12 @@ def test_synth_writes_the_tile_batch_by_batch(tmp_path):
     r = run_clirunner("synth", str(TWO), "--tile", "3", "-o", str(out))
     assert r.code == 0, r.err
     assert allocreplay.load(out).events.equals(allocreplay.Trace(_core.tile(allocreplay.load(TWO)._inner, 3)).events)
+
+
+def test_info_streams_large_files_with_the_same_output(tiled, monkeypatch):
+    loaded = [run_clirunner("info", str(tiled), *extra).out for extra in ([], ["--json"])]
+    monkeypatch.setattr(_api, "STREAM_MIN_BYTES", 0)
+    streamed = [run_clirunner("info", str(tiled), *extra).out for extra in ([], ["--json"])]
+    assert streamed == loaded and "5,496" in streamed[0]
+    info, metadata = _core.info_file(str(tiled))
+    assert metadata == allocreplay.load(tiled).metadata and info.events == 5496

@@ -235,12 +235,16 @@ def _device_line(md: dict[str, Any], index: int) -> str:
 @_lenient_option
 def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, lenient: bool) -> None:
     """Counts and recorded peaks of a TRACE."""
-    t = _load(trace, meta, allocator, lenient=lenient)
-    info = t.info()
+    if not lenient and _streams(trace, []):
+        # A large .arrow file: counted in one pass over its memory map, never loaded whole.
+        with _Progress(f"reading {os.path.basename(trace)}", quiet=False):
+            info, md = _core.info_file(trace)
+    else:
+        t = _load(trace, meta, allocator, lenient=lenient)
+        info, md = t.info(), t.metadata
     if as_json:
         click.echo(json.dumps(info.to_dict()))
         return
-    md = t.metadata
     source = " ".join(p for p in (info.source, info.source_version) if p)
     rows = [
         ("trace", trace),
