@@ -228,7 +228,8 @@ def replay(
 
     Given the path of a large ``.arrow`` file (``STREAM_MIN_BYTES``), the file is streamed from
     its memory map rather than loaded: a trace of any length replays in the memory of the
-    policies' state.
+    policies' state (and of the placements table, one row per allocation: pass
+    ``placements=False`` on traces of tens of millions of events).
     """
     specs = [policies] if isinstance(policies, str) else list(policies)
     if not isinstance(trace, Trace) and _streams(trace, specs):
