@@ -186,6 +186,28 @@ def _capacity_arg(capacity: str | float | None) -> str | None:
     return str(capacity)
 
 
+# .arrow files from this size on are replayed streamed from their memory map, batch by batch
+# (``_core.replay_file``: memory O(live allocations), not O(events); issue #12) rather than
+# loaded whole; the results are the same. Smaller files load: nothing to gain there.
+STREAM_MIN_BYTES = 64 << 20
+
+
+def _streams(path: str | os.PathLike[str], specs: Sequence[str]) -> bool:
+    """Whether a replay of ``path`` under ``specs`` streams the file (see ``STREAM_MIN_BYTES``):
+    an ``.arrow`` file that large, and no offline bound among the specs (``ideal``,
+    ``offline``: they need every lifetime at once)."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) < STREAM_MIN_BYTES:
+            return False
+        with open(path, "rb") as f:
+            if f.read(6) != b"ARROW1":
+                return False
+    except OSError:
+        return False  # the load reports it, with the path
+    bounds = {p.name for p in _core.policies() if p.kind == "offline-bound"}
+    return not any(spec.split(":", 1)[0] in bounds for spec in specs)
+
+
 def replay(
     trace: Trace | str | os.PathLike[str],
     policies: str | Sequence[str] = ("pytorch",),
@@ -203,10 +225,18 @@ def replay(
     device's memory minus the CUDA context's share. The summary's ``capacity_source`` says which
     (``--capacity``, ``recorded_cap``, ``device_total_minus_cuda_context``, ``device_total``,
     ``unlimited``).
+
+    Given the path of a large ``.arrow`` file (``STREAM_MIN_BYTES``), the file is streamed from
+    its memory map rather than loaded: a trace of any length replays in the memory of the
+    policies' state (and of the placements table, one row per allocation: pass
+    ``placements=False`` on traces of tens of millions of events).
     """
+    specs = [policies] if isinstance(policies, str) else list(policies)
+    if not isinstance(trace, Trace) and _streams(trace, specs):
+        streamed, _info = _core.replay_file(os.fspath(trace), specs, None, _capacity_arg(capacity), timeline_points, placements)
+        return ReplayResult(streamed)
     if not isinstance(trace, Trace):
         trace = load(trace)
-    specs = [policies] if isinstance(policies, str) else list(policies)
     inner = _core.replay(trace._inner, specs, _capacity_arg(capacity), timeline_points, placements)
     return ReplayResult(inner)
 

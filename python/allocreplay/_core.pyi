@@ -21,6 +21,7 @@ __all__ = [
     "__version__",
     "_debug_panic",
     "format_bytes",
+    "info_file",
     "load",
     "load_progress",
     "offline",
@@ -29,10 +30,12 @@ __all__ = [
     "policies",
     "policy_env",
     "replay",
+    "replay_file",
     "replay_progress",
     "state_at",
     "sweep",
     "tile",
+    "tile_file",
     "trace_from_arrow",
     "validate",
     "validate_bfc",
@@ -239,6 +242,7 @@ class ReplayResult:
     def placements(self) -> Table: ...
 
 def load(path: str | PathLike[str], meta: str | PathLike[str] | None = None, allocator: str | None = None, lenient: bool = False) -> Trace: ...
+def info_file(path: str | PathLike[str]) -> tuple[TraceInfo, dict[str, Any]]: ...
 def validate(trace: Trace, no_addresses: bool = False) -> list[ValidationReport | BfcValidationReport]: ...
 def validate_bfc(trace: Trace, device: int | None = None, policy: str | None = None) -> BfcValidationReport: ...
 def replay(
@@ -278,6 +282,14 @@ def replay_progress(
     timeline_points: int = 2000,
     placements: bool = True,
 ) -> ReplayResult: ...
+def replay_file(
+    path: str | PathLike[str],
+    policies: list[str],
+    progress: Progress | None = None,
+    capacity: str | None = None,
+    timeline_points: int = 2000,
+    placements: bool = True,
+) -> tuple[ReplayResult, TraceInfo]: ...
 def load_progress(
     path: str | PathLike[str], progress: Progress, meta: str | PathLike[str] | None = None, allocator: str | None = None, lenient: bool = False
 ) -> Trace: ...
@@ -337,3 +349,4 @@ def policies() -> list[PolicyInfo]: ...
 def policy_env(spec: str) -> str: ...
 def sweep(traces: list[Trace], specs: list[str], capacity: str | None = None, threads: int = 0) -> Table: ...
 def tile(trace: Trace, n: int) -> Trace: ...
+def tile_file(trace: Trace, n: int, path: str | PathLike[str], batch_rows: int = 1048576) -> int: ...

@@ -20,13 +20,14 @@ from typing import IO, Any
 import click
 
 from allocreplay import _core
-from allocreplay._api import Trace, validate_reports, validation_dict
+from allocreplay._api import Trace, _streams, validate_reports, validation_dict
 from allocreplay._api import plan as _plan
 from allocreplay._core import BfcValidationReport, ValidationReport
 from allocreplay.errors import AllocReplayError
 from allocreplay.progress import Bar
 from allocreplay.progress import load as _load_progress
 from allocreplay.progress import replay as _replay_progress
+from allocreplay.progress import replay_file as _replay_file_progress
 
 EXIT_ERROR = 2
 # click >= 8.2 raises this for a bare `allocreplay`; it only shows the help.
@@ -234,12 +235,16 @@ def _device_line(md: dict[str, Any], index: int) -> str:
 @_lenient_option
 def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, lenient: bool) -> None:
     """Counts and recorded peaks of a TRACE."""
-    t = _load(trace, meta, allocator, lenient=lenient)
-    info = t.info()
+    if not lenient and _streams(trace, []):
+        # A large .arrow file: counted in one pass over its memory map, never loaded whole.
+        with _Progress(f"reading {os.path.basename(trace)}", quiet=False):
+            info, md = _core.info_file(trace)
+    else:
+        t = _load(trace, meta, allocator, lenient=lenient)
+        info, md = t.info(), t.metadata
     if as_json:
         click.echo(json.dumps(info.to_dict()))
         return
-    md = t.metadata
     source = " ".join(p for p in (info.source, info.source_version) if p)
     rows = [
         ("trace", trace),
@@ -348,8 +353,13 @@ def replay_cmd(
         from allocreplay.plot import _pyplot
 
         _pyplot()  # say now, not after the replay, that matplotlib is missing
-    t = _load(trace, meta, allocator, quiet, lenient)
-    result = _replay_progress(t, specs, capacity, placements=False, quiet=quiet)
+    if not lenient and _streams(trace, specs):
+        # A large .arrow file: streamed from its memory map, never loaded whole (issue #12).
+        result, info = _replay_file_progress(trace, specs, capacity, placements=False, quiet=quiet)
+    else:
+        t = _load(trace, meta, allocator, quiet, lenient)
+        result = _replay_progress(t, specs, capacity, placements=False, quiet=quiet)
+        info = t.info()
     summary = result.summary
     if out:
         _write_binary(out, summary.write_ipc)
@@ -363,7 +373,6 @@ def replay_cmd(
     if as_json:
         click.echo(json.dumps(summary.to_dicts()))
         return
-    info = t.info()
     recorded = info.recorded_peak_reserved_bytes
     report = [
         f"{trace}: {info.events:,} events on device(s) {', '.join(map(str, info.devices))}"
@@ -613,9 +622,10 @@ def _delta(n: int | None) -> str:
 def synth_cmd(trace: str, n: int, out: str, meta: str | None) -> None:
     """A long trace made from a real one, for benchmarks: TRACE repeated N times."""
     t = _load(trace, meta)
-    tiled = Trace(_core.tile(t._inner, n))
-    tiled.save(out)
-    click.echo(f"{out}: {len(tiled):,} events ({n} x {len(t):,} from {trace})", err=True)
+    # Written batch by batch as it is made: a tile of any length (100 M events) in the memory of
+    # one batch.
+    events = _core.tile_file(t._inner, n, out)
+    click.echo(f"{out}: {events:,} events ({n} x {len(t):,} from {trace})", err=True)
 
 
 @cli.command("validate")

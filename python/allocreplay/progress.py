@@ -22,8 +22,9 @@ from allocreplay import _core
 
 if TYPE_CHECKING:
     from allocreplay._api import ReplayResult, Trace
+    from allocreplay._core import TraceInfo
 
-__all__ = ["Bar", "replay"]
+__all__ = ["Bar", "replay", "replay_file"]
 
 DELAY_S = 1.0
 
@@ -117,6 +118,28 @@ def replay(
     with Bar(label, counter, enabled=False if quiet else None):
         inner = _core.replay_progress(trace._inner, specs, counter, _capacity_arg(capacity), timeline_points, placements)
     return ReplayResult(inner)
+
+
+def replay_file(
+    path: str,
+    policies: Sequence[str],
+    capacity: str | float | None = None,
+    *,
+    timeline_points: int = 2000,
+    placements: bool = True,
+    quiet: bool = False,
+) -> tuple[ReplayResult, TraceInfo]:
+    """``replay`` of an ``.arrow`` file streamed from its memory map (``_core.replay_file``),
+    with a progress bar (the elapsed time while the file is checked, then the rows replayed);
+    also the trace's info."""
+    from allocreplay._api import ReplayResult, _capacity_arg
+
+    counter = _core.Progress()
+    specs = list(policies)
+    label = f"replaying {os.path.basename(path)} under {len(specs)} polic{'y' if len(specs) == 1 else 'ies'}"
+    with Bar(label, counter, enabled=False if quiet else None):
+        inner, info = _core.replay_file(os.fspath(path), specs, counter, _capacity_arg(capacity), timeline_points, placements)
+    return ReplayResult(inner), info
 
 
 def load(path: str, meta: str | None = None, allocator: str | None = None, *, quiet: bool = False, lenient: bool = False) -> Trace:

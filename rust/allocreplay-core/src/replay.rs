@@ -8,10 +8,10 @@ use arrow_array::builder::{Float64Builder, Int32Builder, Int64Builder, StringBui
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 
-use crate::engine::{replay_device_hooked, DeviceReplay, FirstOom, Hooks, ReplayOptions};
+use crate::engine::{replay_device_hooked, DeviceReplay, DeviceReplayer, FirstOom, Hooks, ReplayOptions};
 use crate::error::{Error, Result};
 use crate::policy::{self, Policy, PolicyContext};
-use crate::trace::Trace;
+use crate::trace::{MappedTrace, Trace, TraceMetadata};
 use crate::units::Capacity;
 
 /// What to replay and what to keep.
@@ -91,12 +91,21 @@ impl CapacitySource {
 /// `--capacity` wins; otherwise a PyTorch trace replays at its recorded cap, or without one at
 /// the device's memory less the CUDA context's share.
 pub fn default_limit(trace: &Trace, device: i32, explicit: Option<Capacity>) -> Result<(Option<u64>, Option<u64>, CapacitySource)> {
-    let info = trace.metadata.device(device);
+    metadata_limit(&trace.metadata, device, explicit)
+}
+
+/// [`default_limit`] from the trace's metadata alone (a streamed trace's).
+pub fn metadata_limit(
+    metadata: &TraceMetadata,
+    device: i32,
+    explicit: Option<Capacity>,
+) -> Result<(Option<u64>, Option<u64>, CapacitySource)> {
+    let info = metadata.device(device);
     if let Some(c) = explicit {
         let cap = c.resolve(info)?;
         return Ok((Some(cap), Some(cap), CapacitySource::Explicit));
     }
-    let pytorch = trace.metadata.source == "pytorch";
+    let pytorch = metadata.source == "pytorch";
     if let Some(cap) = info.and_then(|i| i.memory_cap).filter(|_| pytorch) {
         return Ok((Some(cap), Some(cap), CapacitySource::RecordedCap));
     }
@@ -139,24 +148,90 @@ pub fn progress_total(trace: &Trace, req: &ReplayRequest) -> u64 {
 /// [`replay_with`], counting the trace rows walked into `progress` (see
 /// [`progress_total`]) as the replays go, for a progress bar.
 pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory, progress: Option<&AtomicU64>) -> Result<Vec<Run>> {
+    run_jobs(Source::Memory(trace), req, factory, progress)
+}
+
+/// [`replay`] of a trace streamed from its file (`allocreplay replay BIG.arrow`): each
+/// (policy, device) replay makes its own pass over the file's record batches, so memory is the
+/// policies' state and one batch per replay running, whatever the trace's length. The results
+/// are those of [`replay`] on the same trace loaded whole. The offline bounds (`ideal`,
+/// `offline`) need every lifetime at once and are refused: load the trace for them.
+pub fn replay_mapped(trace: &MappedTrace, req: &ReplayRequest, factory: &PolicyFactory, progress: Option<&AtomicU64>) -> Result<Vec<Run>> {
+    for spec in &req.policies {
+        if offline_alignment(spec)?.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "{spec}: an offline bound needs the whole trace in memory; it cannot be replayed from a streamed file"
+            )));
+        }
+    }
+    run_jobs(Source::Mapped(trace), req, factory, progress)
+}
+
+/// [`progress_total`] of a streamed trace.
+pub fn progress_total_mapped(trace: &MappedTrace, req: &ReplayRequest) -> u64 {
+    (trace.num_events() * trace.devices().len() * req.policies.len()) as u64
+}
+
+/// Where a replay's events come from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// A trace held whole.
+    Memory(&'a Trace),
+    /// A file streamed batch by batch.
+    Mapped(&'a MappedTrace),
+}
+
+impl<'a> Source<'a> {
+    fn metadata(self) -> &'a TraceMetadata {
+        match self {
+            Source::Memory(t) => &t.metadata,
+            Source::Mapped(t) => &t.metadata,
+        }
+    }
+
+    fn devices(self) -> Vec<i32> {
+        match self {
+            Source::Memory(t) => t.devices(),
+            Source::Mapped(t) => t.devices(),
+        }
+    }
+
+    /// One (policy, device) replay.
+    fn replay(self, device: i32, policy: &mut dyn Policy, opts: &ReplayOptions, hooks: &mut Hooks<'_>) -> Result<DeviceReplay> {
+        match self {
+            Source::Memory(t) => Ok(replay_device_hooked(t, device, policy, opts, hooks)),
+            Source::Mapped(t) => {
+                let mut r = DeviceReplayer::new(device, policy, opts, t.max_alloc_id(), t.timeline_requests(device));
+                for b in t.batches()? {
+                    let (base, batch) = b?;
+                    r.feed(&batch, base, hooks);
+                }
+                Ok(r.finish())
+            }
+        }
+    }
+}
+
+fn run_jobs(source: Source<'_>, req: &ReplayRequest, factory: &PolicyFactory, progress: Option<&AtomicU64>) -> Result<Vec<Run>> {
     if req.policies.is_empty() {
         return Err(Error::InvalidArgument("no policy to replay".into()));
     }
-    let devices = trace.devices();
+    let metadata = source.metadata();
+    let devices = source.devices();
     // Resolve capacities and check every spec on every device before replaying anything, so a
     // typo in the last --policy fails at once.
     let mut jobs: Vec<Job> = Vec::new();
     for spec in &req.policies {
         for &d in &devices {
-            let info = trace.metadata.device(d);
-            let (explicit, device_limit, source) = default_limit(trace, d, req.capacity)?;
-            let ctx = PolicyContext { metadata: &trace.metadata, device: info, capacity: explicit };
+            let info = metadata.device(d);
+            let (explicit, device_limit, source) = metadata_limit(metadata, d, req.capacity)?;
+            let ctx = PolicyContext { metadata, device: info, capacity: explicit };
             let mut error = None;
             if offline_alignment(spec)?.is_none() {
                 if let Err(e) = factory(spec, &ctx) {
                     // A valid spec that only lacks what this trace does not record runs in the
                     // other rows; a spec that fails anyway (a typo) stops everything.
-                    if !builds_with_known_memory(spec, trace, d, info, explicit, factory) {
+                    if !builds_with_known_memory(spec, metadata, d, info, explicit, factory) {
                         return Err(e);
                     }
                     error = Some(e.to_string());
@@ -171,14 +246,15 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
     let results: Mutex<Vec<Option<Result<Run>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some(Job { spec, device: d, explicit, limit, source, error }) = jobs.get(i) else { break };
+        let Some(Job { spec, device: d, explicit, limit, source: capacity_source, error }) = jobs.get(i) else { break };
         if let Some(e) = error {
-            results.lock().unwrap()[i] = Some(Ok(Run { capacity_source: source.name(), ..failed_run(spec, *d, *limit, e.clone()) }));
+            results.lock().unwrap()[i] =
+                Some(Ok(Run { capacity_source: capacity_source.name(), ..failed_run(spec, *d, *limit, e.clone()) }));
             continue;
         }
-        let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(*d), capacity: *explicit };
-        if let Ok(Some(alignment)) = offline_alignment(spec) {
-            let run = offline_run(trace, spec, *d, alignment, *limit).map(|r| Run { capacity_source: source.name(), ..r });
+        let ctx = PolicyContext { metadata, device: metadata.device(*d), capacity: *explicit };
+        if let (Ok(Some(alignment)), Source::Memory(trace)) = (offline_alignment(spec), source) {
+            let run = offline_run(trace, spec, *d, alignment, *limit).map(|r| Run { capacity_source: capacity_source.name(), ..r });
             if let Some(p) = progress {
                 p.fetch_add(trace.num_events() as u64, Ordering::Relaxed);
             }
@@ -195,17 +271,17 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
                     device_events: false,
                 };
                 let mut hooks = Hooks { progress, ..Default::default() };
-                Run {
+                source.replay(*d, p.as_mut(), &opts, &mut hooks).map(|replay| Run {
                     spec: spec.clone(),
                     capacity: *limit,
-                    capacity_source: source.name(),
-                    replay: replay_device_hooked(trace, *d, p.as_mut(), &opts, &mut hooks),
+                    capacity_source: capacity_source.name(),
+                    replay,
                     error: None,
-                }
+                })
             }
-            Err(e) => Run { capacity_source: source.name(), ..failed_run(spec, *d, *limit, e.to_string()) },
+            Err(e) => Ok(Run { capacity_source: capacity_source.name(), ..failed_run(spec, *d, *limit, e.to_string()) }),
         };
-        results.lock().unwrap()[i] = Some(Ok(run));
+        results.lock().unwrap()[i] = Some(run);
     };
     if threads == 1 {
         work();
@@ -233,7 +309,7 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
 /// valid, and only this trace (which does not record the memory) keeps it from running.
 fn builds_with_known_memory(
     spec: &str,
-    trace: &Trace,
+    metadata: &TraceMetadata,
     device: i32,
     info: Option<&crate::trace::DeviceInfo>,
     capacity: Option<u64>,
@@ -244,7 +320,7 @@ fn builds_with_known_memory(
         return false;
     }
     probe.total_memory = Some(1 << 40);
-    factory(spec, &PolicyContext { metadata: &trace.metadata, device: Some(&probe), capacity }).is_ok()
+    factory(spec, &PolicyContext { metadata, device: Some(&probe), capacity }).is_ok()
 }
 
 /// The row of a policy that could not run on `device`: its reason, no numbers.

@@ -110,6 +110,54 @@ fn replay_progress(
     })
 }
 
+/// `replay` of an `.arrow` file streamed from its memory map (`allocreplay_core::trace::MappedTrace`):
+/// memory is the policies' state and a record batch per replay running, not the trace's. Also
+/// returns the trace's `info` (from the same first pass). `progress` counts the rows replayed.
+#[pyfunction]
+#[pyo3(signature = (path, policies, progress=None, capacity=None, timeline_points=2000, placements=true))]
+fn replay_file(
+    py: Python<'_>,
+    path: PathBuf,
+    policies: Vec<String>,
+    progress: Option<&PyProgress>,
+    capacity: Option<&str>,
+    timeline_points: usize,
+    placements: bool,
+) -> BindingResult<(PyReplayResult, crate::info::TraceInfo)> {
+    let p = progress.map(|p| p.inner.clone());
+    guard(|| {
+        let capacity = capacity.map(units::parse_capacity).transpose()?;
+        let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
+        if let Some(p) = &p {
+            p.done.store(0, Ordering::Relaxed);
+            p.total.store(0, Ordering::Relaxed);
+        }
+        let (batches, info) = py.detach(move || -> allocreplay_core::error::Result<_> {
+            let trace = allocreplay_core::trace::MappedTrace::open(&path)?;
+            if let Some(p) = &p {
+                p.total.store(core_replay::progress_total_mapped(&trace, &req), Ordering::Relaxed);
+            }
+            let build = |spec: &str, ctx: &allocreplay_core::policy::PolicyContext| allocreplay_core::policy::build(spec, ctx);
+            let runs = core_replay::replay_mapped(&trace, &req, &build, p.as_ref().map(|p| &p.done))?;
+            let batches = (
+                core_replay::summary_batch(&runs),
+                core_replay::timeline_batch(&runs),
+                core_replay::segments_batch(&runs),
+                core_replay::placements_batch(&runs),
+            );
+            Ok((batches, trace.info().clone()))
+        })?;
+        let table = |batch| Py::new(py, PyTable { batch });
+        let result = PyReplayResult {
+            summary: table(batches.0)?,
+            timeline: table(batches.1)?,
+            segments: table(batches.2)?,
+            placements: table(batches.3)?,
+        };
+        Ok((result, crate::info::TraceInfo { inner: info }))
+    })
+}
+
 /// The state of `policy` at `at` (`peak`, `peak_allocated`, `oom`, `end` or an event index)
 /// on every device: (states, live allocations, blocks, segments, history) tables; the
 /// history (for export) is empty unless `history`.
@@ -173,6 +221,7 @@ fn trace_from_arrow(py: Python<'_>, data: Bound<'_, PyAny>, origin: String) -> B
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyProgress>()?;
     m.add_function(wrap_pyfunction!(replay_progress, m)?)?;
+    m.add_function(wrap_pyfunction!(replay_file, m)?)?;
     m.add_function(wrap_pyfunction!(load_progress, m)?)?;
     m.add_function(wrap_pyfunction!(state_at, m)?)?;
     m.add_function(wrap_pyfunction!(trace_from_arrow, m)?)?;

@@ -31,6 +31,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<validate::ValidationReport>()?;
     m.add_class::<validate::BfcValidationReport>()?;
     m.add_function(wrap_pyfunction!(trace::load, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::info_file, m)?)?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
     m.add_function(wrap_pyfunction!(validate::validate, m)?)?;
     m.add_function(wrap_pyfunction!(validate::validate_bfc, m)?)?;

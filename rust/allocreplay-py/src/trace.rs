@@ -107,6 +107,17 @@ fn derive(trace: &Trace, device: Option<i32>, patch: Option<&serde_json::Value>)
     Ok(out)
 }
 
+/// The `info` and metadata of an `.arrow` file, streamed from its memory map (one checked pass,
+/// memory O(live allocations)): `allocreplay info` on a trace too large to load.
+#[pyfunction]
+pub fn info_file<'py>(py: Python<'py>, path: PathBuf) -> BindingResult<(TraceInfo, Bound<'py, PyAny>)> {
+    guard(|| {
+        let t = py.detach(move || allocreplay_core::trace::MappedTrace::open(&path))?;
+        let metadata = crate::convert::to_py(py, &serde_json::to_value(&t.metadata).expect("metadata serializes"))?;
+        Ok((TraceInfo { inner: t.info().clone() }, metadata))
+    })
+}
+
 /// Loads an `.arrow` trace or imports a raw source (format detected from its bytes); `lenient`
 /// skips the events that break the trace's semantics instead of refusing it.
 #[pyfunction]

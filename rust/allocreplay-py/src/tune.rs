@@ -46,9 +46,19 @@ fn tile(py: Python<'_>, trace: &PyTrace, n: usize) -> BindingResult<PyTrace> {
     })
 }
 
+/// `tile` written to `path` batch by batch (`batch_rows` events each), never held whole: a
+/// tile of any length in the memory of one batch. The number of events written.
+#[pyfunction]
+#[pyo3(signature = (trace, n, path, batch_rows=1048576))]
+fn tile_file(py: Python<'_>, trace: &PyTrace, n: usize, path: std::path::PathBuf, batch_rows: usize) -> BindingResult<u64> {
+    let t = trace.inner.clone();
+    guard(|| Ok(py.detach(move || allocreplay_core::trace::tile_to_file(&t, n, &path, batch_rows))?))
+}
+
 /// Adds the functions to `_core`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sweep, m)?)?;
     m.add_function(wrap_pyfunction!(tile, m)?)?;
+    m.add_function(wrap_pyfunction!(tile_file, m)?)?;
     Ok(())
 }

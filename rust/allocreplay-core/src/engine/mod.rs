@@ -8,10 +8,12 @@ pub mod stats;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use arrow_array::Array;
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt64Type;
+use arrow_array::{Array, RecordBatch};
 
 use crate::policy::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
-use crate::trace::{Action, Trace};
+use crate::trace::{Action, Columns, Trace};
 use device::DeviceMemory;
 use stats::Stats;
 
@@ -113,185 +115,244 @@ pub fn replay_device_hooked(
 ) -> DeviceReplay {
     let start = Instant::now();
     let c = trace.columns();
-    let chunk_col = trace.optional_u64("chunk_bytes");
     let n = trace.num_events();
-    let mut dev = DeviceMemory::new(opts.capacity);
-    if opts.device_events {
-        dev.log = Some(Vec::new());
-    }
-    // Allocation ids are dense per trace: a request that failed (OOM) is remembered so that
-    // its frees are no-ops.
-    let max_id = c.alloc_id.iter().copied().max().unwrap_or(0) as usize;
-    let mut failed = vec![false; if n == 0 { 0 } else { max_id + 1 }];
-    // The id under which a recorded OOM's request is replayed (no real allocation has it).
-    let oom_id = max_id as u64 + 1;
-    let mut first_oom = None;
-    // The timeline is downsampled as it is built (memory O(points), not O(events)): the number
-    // of points is known from one pass over two columns.
+    let max_id = c.alloc_id.iter().copied().max().unwrap_or(0);
+    // The number of timeline points is known from one pass over two columns, so that the
+    // timeline is downsampled as it is built (memory O(points), not O(events)).
     let stop = hooks.stop_after.map_or(n, |s| (s + 1).min(n));
-    let mut timeline = opts.timeline.map(|max_points| {
-        let requests = (0..stop).filter(|&i| c.device[i] == device && is_timeline_request(c.action[i], c.seed.value(i))).count();
-        Downsampler::new(requests, max_points)
-    });
-    let mut placements = Vec::new();
-    let mut events = 0usize;
-    // Validate: the recorded device allocations made for a request precede it in the trace.
-    let mut pending_hints: Vec<(u64, u64)> = Vec::new();
-    let (mut peak_reserved, mut peak_allocated) = (0u64, 0u64);
-    let mut reported = 0usize;
-    for i in 0..stop {
-        if let Some(p) = hooks.progress {
-            if i - reported == PROGRESS_EVERY {
-                p.fetch_add(PROGRESS_EVERY as u64, Ordering::Relaxed);
-                reported = i;
-            }
+    let requests = match opts.timeline {
+        Some(_) => (0..stop).filter(|&i| c.device[i] == device && is_timeline_request(c.action[i], c.seed.value(i))).count(),
+        None => 0,
+    };
+    let mut r = DeviceReplayer::new(device, policy, opts, max_id, requests);
+    r.start = start;
+    r.feed(trace.batch(), 0, hooks);
+    r.finish()
+}
+
+/// One device's replay, fed the trace's record batches in order ([`DeviceReplayer::feed`]):
+/// a trace held whole is one batch, a streamed file many. Its state is the policy's and
+/// O(live allocations): nothing is kept per event (the timeline is downsampled as it is built).
+pub struct DeviceReplayer<'p> {
+    device: i32,
+    policy: &'p mut dyn Policy,
+    opts: ReplayOptions,
+    start: Instant,
+    dev: DeviceMemory,
+    /// Allocations whose request failed (OOM): their frees are no-ops. Ids leave the set at
+    /// their `free_completed` (a checked trace never names them again).
+    failed: rustc_hash::FxHashSet<u64>,
+    /// The id under which a recorded OOM's request is replayed (no real allocation has it).
+    oom_id: u64,
+    first_oom: Option<FirstOom>,
+    timeline: Option<Downsampler>,
+    placements: Vec<PlacementRow>,
+    events: usize,
+    /// Validate: the recorded device allocations made for a request precede it in the trace.
+    pending_hints: Vec<(u64, u64)>,
+    peak_reserved: u64,
+    peak_allocated: u64,
+}
+
+impl<'p> DeviceReplayer<'p> {
+    pub fn new(device: i32, policy: &'p mut dyn Policy, opts: &ReplayOptions, max_alloc_id: u64, timeline_requests: usize) -> Self {
+        let mut dev = DeviceMemory::new(opts.capacity);
+        if opts.device_events {
+            dev.log = Some(Vec::new());
         }
-        if c.device[i] != device {
-            continue;
+        DeviceReplayer {
+            device,
+            policy,
+            opts: opts.clone(),
+            start: Instant::now(),
+            dev,
+            failed: Default::default(),
+            oom_id: max_alloc_id + 1,
+            first_oom: None,
+            timeline: opts.timeline.map(|max_points| Downsampler::new(timeline_requests, max_points)),
+            placements: Vec::new(),
+            events: 0,
+            pending_hints: Vec::new(),
+            peak_reserved: 0,
+            peak_allocated: 0,
         }
-        let Some(action) = Action::from_code(c.action[i]) else { continue };
-        let seed = c.seed.value(i);
-        dev.event = i;
-        match action {
-            Action::Alloc => {
-                events += 1;
-                let id = c.alloc_id[i];
-                let recorded_addr = c.addr.is_valid(i).then(|| c.addr.value(i));
-                let recorded_chunk = chunk_col.filter(|col| col.is_valid(i)).map(|col| col.value(i));
-                let req = Request { event: i, id, size: c.size[i], stream: c.stream[i], pool: c.pool[i], recorded_addr, recorded_chunk };
-                if opts.recorded_addresses {
-                    dev.set_hints(pending_hints.drain(..));
-                    dev.request_hint = recorded_addr;
-                }
-                let res: Result<Placement, OutOfMemory> =
-                    if seed { policy.seed_alloc(&req, &mut dev) } else { policy.malloc(&req, &mut dev) };
-                dev.clear_hints();
-                match res {
-                    Ok(p) => {
-                        if opts.placements {
-                            placements.push(PlacementRow { event: i, id, placement: p });
-                        }
-                    }
-                    Err(oom) => {
-                        failed[id as usize] = true;
-                        if first_oom.is_none() {
-                            let s = policy.stats();
-                            first_oom = Some(FirstOom {
-                                event: i,
-                                requested: req.size,
-                                alloc_size: oom.alloc_size,
-                                allocated: s.allocated,
-                                reserved: s.reserved,
-                            });
-                        }
-                    }
+    }
+
+    /// Replays the rows of `batch`, whose first row is event `base` of the trace. Returns false
+    /// once `hooks.stop_after` is reached (the rows after it are not replayed).
+    pub fn feed(&mut self, batch: &RecordBatch, base: usize, hooks: &mut Hooks<'_>) -> bool {
+        let c = Columns::of(batch);
+        let chunk_col = batch.column_by_name("chunk_bytes").and_then(|col| col.as_primitive_opt::<UInt64Type>());
+        let n = batch.num_rows();
+        let (stop, stopped) = match hooks.stop_after {
+            Some(s) if s < base + n => ((s + 1).saturating_sub(base), true),
+            _ => (n, false),
+        };
+        let device = self.device;
+        let opts = &self.opts;
+        let policy = &mut *self.policy;
+        let dev = &mut self.dev;
+        let mut reported = 0usize;
+        for j in 0..stop {
+            if let Some(p) = hooks.progress {
+                if j - reported == PROGRESS_EVERY {
+                    p.fetch_add(PROGRESS_EVERY as u64, Ordering::Relaxed);
+                    reported = j;
                 }
             }
-            Action::FreeRequested => {
-                events += 1;
-                let id = c.alloc_id[i];
-                if c.alloc_id_valid(i) && !failed[id as usize] {
-                    policy.free_requested(id, &mut dev);
-                }
-            }
-            Action::FreeCompleted => {
-                events += 1;
-                let id = c.alloc_id[i];
-                if c.alloc_id_valid(i) && !failed[id as usize] {
-                    policy.free_completed(id, &mut dev);
-                }
-            }
-            // c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: when no block
-            // could be found or made, even after freeing the cache and retrying, the allocator
-            // records TraceEntry::OOM with the request's (rounded) size and throws. The request
-            // is replayed: the policy must fail it too. One that serves it hands the block
-            // straight back, since the caller got an exception and holds nothing.
-            Action::Oom if !seed => {
-                events += 1;
-                let req = Request {
-                    event: i,
-                    id: oom_id,
-                    size: c.size[i],
-                    stream: c.stream[i],
-                    pool: c.pool[i],
-                    recorded_addr: None,
-                    recorded_chunk: None,
-                };
-                dev.request_hint = None;
-                match policy.malloc(&req, &mut dev) {
-                    Ok(_) => {
-                        policy.free_requested(oom_id, &mut dev);
-                        policy.free_completed(oom_id, &mut dev);
-                    }
-                    Err(oom) => {
-                        if first_oom.is_none() {
-                            let s = policy.stats();
-                            first_oom = Some(FirstOom {
-                                event: i,
-                                requested: req.size,
-                                alloc_size: oom.alloc_size,
-                                allocated: s.allocated,
-                                reserved: s.reserved,
-                            });
-                        }
-                    }
-                }
-            }
-            Action::EmptyCache => {
-                events += 1;
-                policy.empty_cache(&mut dev);
-            }
-            Action::SegmentAlloc | Action::SegmentMap => {
-                if seed {
-                    let addr = c.addr.value(i);
-                    policy.seed_segment(addr, c.size[i], c.stream[i], c.pool[i], &mut dev);
-                } else if opts.recorded_addresses && c.addr.is_valid(i) {
-                    pending_hints.push((c.addr.value(i), c.size[i]));
-                }
+            if c.device[j] != device {
                 continue;
             }
-            _ => continue,
+            let Some(action) = Action::from_code(c.action[j]) else { continue };
+            let seed = c.seed.value(j);
+            let i = base + j;
+            dev.event = i;
+            match action {
+                Action::Alloc => {
+                    self.events += 1;
+                    let id = c.alloc_id[j];
+                    let recorded_addr = c.addr.is_valid(j).then(|| c.addr.value(j));
+                    let recorded_chunk = chunk_col.filter(|col| col.is_valid(j)).map(|col| col.value(j));
+                    let req =
+                        Request { event: i, id, size: c.size[j], stream: c.stream[j], pool: c.pool[j], recorded_addr, recorded_chunk };
+                    if opts.recorded_addresses {
+                        dev.set_hints(self.pending_hints.drain(..));
+                        dev.request_hint = recorded_addr;
+                    }
+                    let res: Result<Placement, OutOfMemory> = if seed { policy.seed_alloc(&req, dev) } else { policy.malloc(&req, dev) };
+                    dev.clear_hints();
+                    match res {
+                        Ok(p) => {
+                            if opts.placements {
+                                self.placements.push(PlacementRow { event: i, id, placement: p });
+                            }
+                        }
+                        Err(oom) => {
+                            self.failed.insert(id);
+                            if self.first_oom.is_none() {
+                                let s = policy.stats();
+                                self.first_oom = Some(FirstOom {
+                                    event: i,
+                                    requested: req.size,
+                                    alloc_size: oom.alloc_size,
+                                    allocated: s.allocated,
+                                    reserved: s.reserved,
+                                });
+                            }
+                        }
+                    }
+                }
+                Action::FreeRequested => {
+                    self.events += 1;
+                    let id = c.alloc_id[j];
+                    if c.alloc_id_valid(j) && (self.failed.is_empty() || !self.failed.contains(&id)) {
+                        policy.free_requested(id, dev);
+                    }
+                }
+                Action::FreeCompleted => {
+                    self.events += 1;
+                    let id = c.alloc_id[j];
+                    if c.alloc_id_valid(j) && (self.failed.is_empty() || !self.failed.remove(&id)) {
+                        policy.free_completed(id, dev);
+                    }
+                }
+                // c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: when no block
+                // could be found or made, even after freeing the cache and retrying, the allocator
+                // records TraceEntry::OOM with the request's (rounded) size and throws. The request
+                // is replayed: the policy must fail it too. One that serves it hands the block
+                // straight back, since the caller got an exception and holds nothing.
+                Action::Oom if !seed => {
+                    self.events += 1;
+                    let oom_id = self.oom_id;
+                    let req = Request {
+                        event: i,
+                        id: oom_id,
+                        size: c.size[j],
+                        stream: c.stream[j],
+                        pool: c.pool[j],
+                        recorded_addr: None,
+                        recorded_chunk: None,
+                    };
+                    dev.request_hint = None;
+                    match policy.malloc(&req, dev) {
+                        Ok(_) => {
+                            policy.free_requested(oom_id, dev);
+                            policy.free_completed(oom_id, dev);
+                        }
+                        Err(oom) => {
+                            if self.first_oom.is_none() {
+                                let s = policy.stats();
+                                self.first_oom = Some(FirstOom {
+                                    event: i,
+                                    requested: req.size,
+                                    alloc_size: oom.alloc_size,
+                                    allocated: s.allocated,
+                                    reserved: s.reserved,
+                                });
+                            }
+                        }
+                    }
+                }
+                Action::EmptyCache => {
+                    self.events += 1;
+                    policy.empty_cache(dev);
+                }
+                Action::SegmentAlloc | Action::SegmentMap => {
+                    if seed {
+                        let addr = c.addr.value(j);
+                        policy.seed_segment(addr, c.size[j], c.stream[j], c.pool[j], dev);
+                    } else if opts.recorded_addresses && c.addr.is_valid(j) {
+                        self.pending_hints.push((c.addr.value(j), c.size[j]));
+                    }
+                    continue;
+                }
+                _ => continue,
+            }
+            let s = policy.stats();
+            if s.reserved > self.peak_reserved {
+                self.peak_reserved = s.reserved;
+                hooks.peak_reserved_event = Some(i);
+            }
+            if s.allocated > self.peak_allocated {
+                self.peak_allocated = s.allocated;
+                hooks.peak_allocated_event = Some(i);
+            }
+            if let Some(t) = self.timeline.as_mut() {
+                t.push(TimelinePoint {
+                    event: i,
+                    time_ns: c.time_ns.is_valid(j).then(|| c.time_ns.value(j)),
+                    allocated: s.allocated,
+                    reserved: s.reserved,
+                });
+            }
         }
-        let s = policy.stats();
-        if s.reserved > peak_reserved {
-            peak_reserved = s.reserved;
-            hooks.peak_reserved_event = Some(i);
+        if let Some(p) = hooks.progress {
+            p.fetch_add((stop - reported) as u64, Ordering::Relaxed);
         }
-        if s.allocated > peak_allocated {
-            peak_allocated = s.allocated;
-            hooks.peak_allocated_event = Some(i);
-        }
-        if let Some(t) = timeline.as_mut() {
-            t.push(TimelinePoint {
-                event: i,
-                time_ns: c.time_ns.is_valid(i).then(|| c.time_ns.value(i)),
-                allocated: s.allocated,
-                reserved: s.reserved,
-            });
-        }
+        !stopped
     }
-    if let Some(p) = hooks.progress {
-        p.fetch_add((stop - reported) as u64, Ordering::Relaxed);
-    }
-    let timeline = timeline.map(Downsampler::finish).unwrap_or_default();
-    DeviceReplay {
-        policy: policy.name(),
-        device,
-        stats: policy.stats().clone(),
-        events,
-        first_oom,
-        replay_seconds: start.elapsed().as_secs_f64(),
-        timeline,
-        segments: policy.segments(),
-        placements,
-        device_events: dev.log.take().unwrap_or_default(),
+
+    /// The replay's result, once every batch was fed (or the replay stopped).
+    pub fn finish(mut self) -> DeviceReplay {
+        let timeline = self.timeline.take().map(Downsampler::finish).unwrap_or_default();
+        DeviceReplay {
+            policy: self.policy.name(),
+            device: self.device,
+            stats: self.policy.stats().clone(),
+            events: self.events,
+            first_oom: self.first_oom,
+            replay_seconds: self.start.elapsed().as_secs_f64(),
+            timeline,
+            segments: self.policy.segments(),
+            placements: self.placements,
+            device_events: self.dev.log.take().unwrap_or_default(),
+        }
     }
 }
 
-/// At most `max_points` points (0: all), each the maximum of its bucket of events.
 /// The events that add a timeline point: the requests replayed (allocs, frees, a recorded OOM
 /// outside the seed).
-fn is_timeline_request(action: u8, seed: bool) -> bool {
+pub fn is_timeline_request(action: u8, seed: bool) -> bool {
     matches!(Action::from_code(action), Some(Action::Alloc | Action::FreeRequested | Action::FreeCompleted))
         || (action == Action::Oom as u8 && !seed)
 }
@@ -330,6 +391,7 @@ impl Downsampler {
     }
 }
 
+/// At most `max_points` points (0: all), each the maximum of its bucket of events.
 pub fn downsample(points: Vec<TimelinePoint>, max_points: usize) -> Vec<TimelinePoint> {
     if max_points == 0 || points.len() <= max_points {
         return points;

@@ -99,7 +99,7 @@ pub struct Bfc {
     /// `RegionManager::regions_`, by base address.
     regions: BTreeMap<u64, Region>,
     /// Live chunks by trace allocation id.
-    live: Vec<u32>,
+    live: super::id_map::IdMap<u32>,
     /// For a seeded trace replayed preallocated: where the one region starts (the lowest
     /// address the trace shows; the first chunk the allocator ever handed out sat at the
     /// region's base).
@@ -138,7 +138,7 @@ impl Bfc {
             unused_head: NONE,
             bins: (0..K_NUM_BINS).map(|_| BTreeSet::new()).collect(),
             regions: BTreeMap::new(),
-            live: Vec::new(),
+            live: Default::default(),
             seed_region_base: None,
             seed_regions: Vec::new(),
             stats: Stats::default(),
@@ -297,11 +297,7 @@ impl Bfc {
         self.num_allocs += 1;
         self.stats.add_allocated(size, req.size);
         self.largest_alloc_size = self.largest_alloc_size.max(size);
-        let id = req.id as usize;
-        if self.live.len() <= id {
-            self.live.resize(id + 1, NONE);
-        }
-        self.live[id] = h;
+        self.live.insert(req.id, h);
         Placement { addr: ptr, size, segment: region }
     }
 
@@ -494,7 +490,7 @@ impl Bfc {
 
     /// The chunk of a live allocation: (address, size).
     pub fn chunk_of(&self, id: u64) -> Option<(u64, u64)> {
-        let h = *self.live.get(id as usize)?;
+        let h = self.live.get(id)?;
         (h != NONE).then(|| (self.c(h).ptr, self.c(h).size))
     }
 
@@ -558,8 +554,7 @@ impl Policy for Bfc {
 
     /// `DeallocateRawInternal`: `MarkFree`, then `InsertFreeChunk(TryToCoalesce(h))`.
     fn free_completed(&mut self, id: u64, _dev: &mut DeviceMemory) {
-        let Some(slot) = self.live.get_mut(id as usize) else { return };
-        let h = std::mem::replace(slot, NONE);
+        let Some(h) = self.live.remove(id) else { return };
         if h == NONE {
             return;
         }
@@ -684,13 +679,13 @@ impl Policy for Bfc {
 /// page granularity is not modelled.
 pub struct Platform {
     name: String,
-    live: Vec<(u64, u64, u64)>,
+    live: super::id_map::IdMap<(u64, u64, u64)>,
     stats: Stats,
 }
 
 impl Platform {
     pub fn new(name: String) -> Self {
-        Platform { name, live: Vec::new(), stats: Stats::default() }
+        Platform { name, live: Default::default(), stats: Stats::default() }
     }
 }
 
@@ -718,17 +713,12 @@ impl Policy for Platform {
         self.stats.num_device_alloc += 1;
         self.stats.add_reserved(size);
         self.stats.add_allocated(size, req.size);
-        let id = req.id as usize;
-        if self.live.len() <= id {
-            self.live.resize(id + 1, (0, 0, 0));
-        }
-        self.live[id] = (addr, size, req.size);
+        self.live.insert(req.id, (addr, size, req.size));
         Ok(Placement { addr, size, segment: addr })
     }
 
     fn free_completed(&mut self, id: u64, dev: &mut DeviceMemory) {
-        let Some(slot) = self.live.get_mut(id as usize) else { return };
-        let (addr, size, req) = std::mem::take(slot);
+        let Some((addr, size, req)) = self.live.remove(id) else { return };
         if size == 0 {
             return;
         }
@@ -745,7 +735,7 @@ impl Policy for Platform {
     fn segments(&self) -> Vec<SegmentInfo> {
         let mut v: Vec<SegmentInfo> = self
             .live
-            .iter()
+            .values()
             .filter(|l| l.1 > 0)
             .map(|&(addr, size, _)| SegmentInfo { addr, size, stream: 0, pool: 0, kind: "buffer", allocated_bytes: size, blocks: 1 })
             .collect();

@@ -158,7 +158,7 @@ pub struct CudaAsync {
     idle: Vec<u32>,
     idle_count: u64,
     scratch: Vec<u32>,
-    slots: Vec<Slot>,
+    slots: super::id_map::IdMap<Slot>,
     live_allocs: u64,
 }
 
@@ -228,7 +228,7 @@ impl CudaAsync {
             idle: Vec::new(),
             idle_count: 0,
             scratch: Vec::new(),
-            slots: Vec::new(),
+            slots: Default::default(),
             live_allocs: 0,
         }
     }
@@ -313,14 +313,6 @@ impl CudaAsync {
                 None => break,
             }
         }
-    }
-
-    fn slot(&mut self, id: u64) -> &mut Slot {
-        let i = id as usize;
-        if i >= self.slots.len() {
-            self.slots.resize((i + 1).max(self.slots.len() * 2), Slot::default());
-        }
-        &mut self.slots[i]
     }
 
     /// A new recency stamp (newer than every other). Stamps index `recency`; when they run
@@ -408,14 +400,11 @@ impl CudaAsync {
     }
 
     fn complete_free(&mut self, id: u64, device: &mut DeviceMemory) {
-        let s = *self.slot(id);
+        // An empty slot is no entry.
+        let Some(s) = self.slots.remove(id) else { return };
         if s.state == SlotState::Live {
             self.stats.sub_allocated(s.requested, s.requested);
         }
-        if s.state == SlotState::Empty {
-            return;
-        }
-        self.slots[id as usize].state = SlotState::Empty;
         self.live_allocs -= 1;
         if s.size > 0 {
             self.release_range(s.off, s.size, device);
@@ -436,7 +425,7 @@ impl Policy for CudaAsync {
         let base = self.base.expect("pool initialised");
         if req.size == 0 {
             // PyTorch's allocate(0) returns nullptr without calling cudaMallocAsync.
-            *self.slot(req.id) = Slot { off: 0, size: 0, requested: 0, state: SlotState::Live };
+            self.slots.insert(req.id, Slot { off: 0, size: 0, requested: 0, state: SlotState::Live });
             self.live_allocs += 1;
             return Ok(Placement { addr: 0, size: 0, segment: base });
         }
@@ -501,14 +490,14 @@ impl Policy for CudaAsync {
             self.chunks[c].live += 1;
         }
         self.stats.add_allocated(req.size, req.size);
-        *self.slot(req.id) = Slot { off, size, requested: req.size, state: SlotState::Live };
+        self.slots.insert(req.id, Slot { off, size, requested: req.size, state: SlotState::Live });
         self.live_allocs += 1;
         Ok(Placement { addr: base + off, size, segment: base })
     }
 
     fn free_requested(&mut self, id: u64, _device: &mut DeviceMemory) {
         // `cudaFreeAsync`: the driver's used bytes drop now.
-        let s = self.slot(id);
+        let Some(s) = self.slots.get_mut(id) else { return };
         if s.state == SlotState::Live {
             s.state = SlotState::Freed;
             let r = s.requested;

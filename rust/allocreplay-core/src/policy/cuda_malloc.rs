@@ -187,7 +187,7 @@ pub struct CudaMalloc {
     stats: Stats,
     layout: PageLayout,
     /// Live allocations by id (`None`: none, or a zero-byte request).
-    slots: Vec<Option<Slot>>,
+    slots: super::id_map::IdMap<Slot>,
     /// Large allocations live, with their bytes, for `segments` (address -> (bytes, requested)).
     large: BTreeMap<u64, (u64, u64)>,
     small_allocated: BTreeMap<u64, u64>,
@@ -199,8 +199,7 @@ impl CudaMalloc {
     }
 
     fn release(&mut self, id: u64, device: &mut DeviceMemory) {
-        let Some(Some(s)) = self.slots.get(id as usize).copied() else { return };
-        self.slots[id as usize] = None;
+        let Some(s) = self.slots.remove(id) else { return };
         let rounded = PageLayout::rounded(s.size);
         self.stats.sub_allocated(rounded, s.size);
         // cudaFree
@@ -235,13 +234,9 @@ impl Policy for CudaMalloc {
         if let Some(oom) = super::unservable(req.size, &mut self.stats) {
             return Err(oom);
         }
-        let i = req.id as usize;
-        if i >= self.slots.len() {
-            self.slots.resize((i + 1).max(self.slots.len() * 2), None);
-        }
         if req.size == 0 {
             // allocate(0) returns nullptr without a cudaMalloc.
-            self.slots[i] = None;
+            self.slots.remove(req.id);
             return Ok(Placement { addr: 0, size: 0, segment: 0 });
         }
         let Some(placed) = self.layout.alloc(req.size, device) else {
@@ -251,7 +246,7 @@ impl Policy for CudaMalloc {
         let rounded = PageLayout::rounded(req.size);
         self.stats.num_device_alloc += 1;
         self.stats.add_allocated(rounded, req.size);
-        self.slots[i] = Some(Slot { placed, size: req.size });
+        self.slots.insert(req.id, Slot { placed, size: req.size });
         Ok(match placed {
             Placed::Large { addr, bytes } => {
                 self.stats.add_reserved(bytes);

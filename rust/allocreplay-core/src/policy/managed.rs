@@ -103,7 +103,7 @@ pub struct Managed {
     head: u32,
     tail: u32,
     resident_pages: u64,
-    slots: Vec<Option<Slot>>,
+    slots: super::id_map::IdMap<Slot>,
 }
 
 impl Managed {
@@ -121,7 +121,7 @@ impl Managed {
             head: NONE,
             tail: NONE,
             resident_pages: 0,
-            slots: Vec::new(),
+            slots: Default::default(),
         }
     }
 
@@ -243,8 +243,7 @@ impl Managed {
     }
 
     fn release(&mut self, id: u64, device: &mut DeviceMemory) {
-        let Some(Some(s)) = self.slots.get(id as usize).copied() else { return };
-        self.slots[id as usize] = None;
+        let Some(s) = self.slots.remove(id) else { return };
         if self.touch_on_free {
             self.touch(s.unit, device);
         }
@@ -265,12 +264,8 @@ impl Policy for Managed {
         if let Some(oom) = super::unservable(req.size, &mut self.stats) {
             return Err(oom);
         }
-        let i = req.id as usize;
-        if i >= self.slots.len() {
-            self.slots.resize((i + 1).max(self.slots.len() * 2), None);
-        }
         if req.size == 0 {
-            self.slots[i] = None;
+            self.slots.remove(req.id);
             return Ok(Placement { addr: 0, size: 0, segment: 0 });
         }
         // Managed memory is virtual: placement never fails on the device's capacity.
@@ -294,7 +289,7 @@ impl Policy for Managed {
         };
         self.stats.num_device_alloc += 1;
         self.stats.add_allocated(PageLayout::rounded(req.size), req.size);
-        self.slots[i] = Some(Slot { placed, size: req.size, unit });
+        self.slots.insert(req.id, Slot { placed, size: req.size, unit });
         self.touch(unit, device);
         Ok(placement)
     }
@@ -313,7 +308,7 @@ impl Policy for Managed {
 
     fn segments(&self) -> Vec<SegmentInfo> {
         // One row for the managed footprint: its resident bytes and live allocations.
-        let live = self.slots.iter().filter(|s| s.is_some()).count() as u32;
+        let live = self.slots.len() as u32;
         if live == 0 {
             return Vec::new();
         }
@@ -402,7 +397,7 @@ mod tests {
         assert_eq!(m.stats.reserved, 5 * PAGE);
         m.malloc(&req(2, PAGE), &mut d).unwrap();
         assert_eq!(m.stats.pages_migrated, 1);
-        assert_eq!(m.units[m.slots[0].unwrap().unit as usize].resident, 2);
+        assert_eq!(m.units[m.slots.get(0).unwrap().unit as usize].resident, 2);
         m.free_requested(1, &mut d);
         assert_eq!(m.stats.pages_migrated, 1);
         // A touched at its free: its evicted page comes back (1); room exists (B gone).

@@ -200,7 +200,7 @@ pub struct CachingAllocator {
     pools: Vec<BlockPool>,
     expandable: Vec<ExpandableSegment>,
     /// Allocation id -> block.
-    by_id: Vec<u32>,
+    by_id: super::id_map::IdMap<u32>,
     /// Allocation ids freed by the program whose free has not completed.
     pending_ids: Vec<u64>,
     pending_compact_at: usize,
@@ -236,7 +236,7 @@ impl CachingAllocator {
             free_slots: Vec::new(),
             pools: Vec::new(),
             expandable: Vec::new(),
-            by_id: Vec::new(),
+            by_id: Default::default(),
             pending_ids: Vec::new(),
             pending_compact_at: 4096,
             total_allocated_memory: 0,
@@ -636,11 +636,7 @@ impl CachingAllocator {
         b.alloc_id = req.id;
         let bsize = b.size;
         self.stats.add_allocated(bsize, req.size);
-        let id = req.id as usize;
-        if self.by_id.len() <= id {
-            self.by_id.resize(id + 1, NONE);
-        }
-        self.by_id[id] = block;
+        self.by_id.insert(req.id, block);
         block
     }
 
@@ -746,9 +742,9 @@ impl CachingAllocator {
     fn synchronize_and_free_events(&mut self) {
         let ids = std::mem::take(&mut self.pending_ids);
         for id in ids {
-            let b = self.by_id.get(id as usize).copied().unwrap_or(NONE);
+            let b = self.by_id.get(id).unwrap_or(NONE);
             if b != NONE && self.blocks[b as usize].pending {
-                self.by_id[id as usize] = NONE;
+                self.by_id.remove(id);
                 self.free_block(b);
             }
         }
@@ -939,7 +935,7 @@ impl Policy for CachingAllocator {
     /// `DeviceCachingAllocator::free`: `allocated_bytes` drops now; the block returns to the
     /// pool at `free_completed`.
     fn free_requested(&mut self, id: u64, _dev: &mut DeviceMemory) {
-        let Some(&b) = self.by_id.get(id as usize) else { return };
+        let Some(b) = self.by_id.get(id) else { return };
         if b == NONE || !self.blocks[b as usize].allocated {
             return;
         }
@@ -952,7 +948,7 @@ impl Policy for CachingAllocator {
             // Most frees complete right away: drop those, keep the amortised cost O(1).
             let (by_id, blocks) = (&self.by_id, &self.blocks);
             self.pending_ids.retain(|&i| {
-                let b = by_id[i as usize];
+                let b = by_id.get(i).unwrap_or(NONE);
                 b != NONE && blocks[b as usize].pending
             });
             self.pending_compact_at = (2 * self.pending_ids.len()).max(4096);
@@ -960,7 +956,7 @@ impl Policy for CachingAllocator {
     }
 
     fn free_completed(&mut self, id: u64, dev: &mut DeviceMemory) {
-        let Some(&b) = self.by_id.get(id as usize) else { return };
+        let Some(b) = self.by_id.get(id) else { return };
         if b == NONE {
             return;
         }
@@ -968,7 +964,7 @@ impl Policy for CachingAllocator {
             // A free_completed without free_requested (traces from other sources).
             self.free_requested(id, dev);
         }
-        self.by_id[id as usize] = NONE;
+        self.by_id.remove(id);
         self.free_block(b);
     }
 
@@ -1203,8 +1199,8 @@ mod tests {
         a.malloc(&req(0, 30 * MB, 0), &mut d).unwrap();
         a.malloc(&req(1, 40 * MB, 0), &mut d).unwrap();
         a.malloc(&req(2, 30 * MB, 0), &mut d).unwrap();
-        let addr0 = a.blocks[a.by_id[0] as usize].ptr;
-        let addr2 = a.blocks[a.by_id[2] as usize].ptr;
+        let addr0 = a.blocks[a.by_id.get(0).unwrap() as usize].ptr;
+        let addr2 = a.blocks[a.by_id.get(2).unwrap() as usize].ptr;
         for id in 0..3 {
             free(&mut a, &mut d, id);
         }

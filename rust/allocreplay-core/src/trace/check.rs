@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use arrow_array::{Array, BooleanArray};
 
-use super::{Action, Trace};
+use super::{Action, Columns, Trace, TraceMetadata};
 use crate::error::{Error, Result};
 
 /// Sizes are below 2^56 bytes (64 PiB) in every format; larger values are corrupt.
@@ -36,115 +36,13 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
     let mut keep: Option<Vec<bool>> = None;
     let mut skipped = 0usize;
     {
+        let mut checker = EventChecker::new(&trace.metadata, n as u64, DenseIds::new(n));
         let c = trace.columns();
-        let md = &trace.metadata;
-        let pool_declared = |p: u32| md.pools.iter().any(|x| x.index == p);
-        let device_declared = |d: i32| md.devices.iter().any(|x| x.index == d);
-        // Per allocation id: state, size, and the event that last changed it.
-        let mut state = vec![UNSEEN; n];
-        let mut size_of = vec![0u64; n];
-        let mut at = vec![0u32; n];
-        // Last recorded time per device (devices are few: a short list).
-        let mut last_time: Vec<(i32, i64, usize)> = Vec::new();
-        // XLA dumps' times are schedule steps, restarting with each program (import::xla::trace):
-        // not a clock.
-        let clocked = md.source != "xla";
-        // Cache of the last device / pool found declared.
-        let (mut ok_device, mut ok_pool) = (None, None);
         for i in 0..n {
-            let code = c.action[i];
-            let Some(action) = Action::from_code(code) else { continue };
-            let size = c.size[i];
-            if size >= MAX_SIZE {
-                return Err(Error::format(
-                    path,
-                    format!("event {i} ({}): size {size} is not below 2^56 bytes: the trace is corrupt", action.as_str()),
-                ));
-            }
-            // Addresses are pointers below 2^56 (an `oom` event's addr is free bytes).
-            if action != Action::Oom && c.addr.is_valid(i) && c.addr.value(i) >= MAX_SIZE {
-                return Err(Error::format(
-                    path,
-                    format!("event {i} ({}): addr {:#x} is not below 2^56: the trace is corrupt", action.as_str(), c.addr.value(i)),
-                ));
-            }
-            let id_valid = c.alloc_id_valid(i);
-            let id = c.alloc_id[i];
-            if id_valid && id >= n as u64 {
-                return Err(Error::format(
-                    path,
-                    format!("event {i} ({}): alloc_id {id} is not dense: ids must be below the number of events ({n})", action.as_str()),
-                ));
-            }
-            let violation: Option<String> = (|| {
-                let dev = c.device[i];
-                if ok_device != Some(dev) {
-                    if !device_declared(dev) {
-                        return Some(format!("device {dev} is not declared in the trace metadata's devices"));
-                    }
-                    ok_device = Some(dev);
-                }
-                let pool = c.pool[i];
-                if ok_pool != Some(pool) {
-                    if !pool_declared(pool) {
-                        return Some(format!("pool {pool} is not declared in the trace metadata's pools"));
-                    }
-                    ok_pool = Some(pool);
-                }
-                if clocked && !c.seed.value(i) && c.time_ns.is_valid(i) {
-                    let t = c.time_ns.value(i);
-                    match last_time.iter_mut().find(|x| x.0 == dev) {
-                        Some(last) if t < last.1 => {
-                            return Some(format!("time goes backwards: {t} ns is before {} ns at event {}", last.1, last.2))
-                        }
-                        Some(last) => {
-                            last.1 = t;
-                            last.2 = i;
-                        }
-                        None => last_time.push((dev, t, i)),
-                    }
-                }
-                let id = id as usize;
-                match action {
-                    Action::Alloc => {
-                        if !id_valid {
-                            return Some("an alloc without an alloc_id".into());
-                        }
-                        if state[id] != UNSEEN {
-                            return Some(format!("alloc_id {id} is allocated again (first at event {})", at[id]));
-                        }
-                        state[id] = LIVE;
-                        size_of[id] = size;
-                        at[id] = i as u32;
-                    }
-                    Action::FreeRequested | Action::FreeCompleted => {
-                        if !id_valid {
-                            return Some("a free of a null alloc_id (an allocation the trace never made)".into());
-                        }
-                        match state[id] {
-                            UNSEEN => return Some(format!("a free of alloc_id {id} before its alloc")),
-                            FREED => return Some(format!("a double free: alloc_id {id} was freed at event {}", at[id])),
-                            REQUESTED if action == Action::FreeRequested => {
-                                return Some(format!("a double free: alloc_id {id}'s free was requested at event {}", at[id]))
-                            }
-                            _ => {}
-                        }
-                        if size != size_of[id] {
-                            return Some(format!("frees {size} bytes of alloc_id {id}, allocated with {} bytes", size_of[id]));
-                        }
-                        state[id] = if action == Action::FreeRequested { REQUESTED } else { FREED };
-                        at[id] = i as u32;
-                    }
-                    _ => {}
-                }
-                None
-            })();
-            if let Some(why) = violation {
+            if let Err(v) = checker.check(&c, i, i, path)? {
                 if !lenient {
-                    return Err(Error::format(
-                        path,
-                        format!("event {i} ({}): {why}; pass --lenient (Python: lenient=True) to skip such events", action.as_str()),
-                    ));
+                    let at = v.at.unwrap_or_default();
+                    return Err(v.error(path, at));
                 }
                 keep.get_or_insert_with(|| vec![true; n])[i] = false;
                 skipped += 1;
@@ -164,6 +62,224 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
     let extra: Vec<arrow_schema::Field> = batch.schema().fields().iter().skip(10).map(|f| f.as_ref().clone()).collect();
     let columns: Vec<Arc<dyn Array>> = batch.columns().to_vec();
     Trace::from_parts(metadata, trace.frames.clone(), &extra, columns)
+}
+
+/// The state of every allocation id, as the check needs it: (state, size, the event that last
+/// changed it). `at` may be unknown (`None`) for a freed id: a streamed check keeps only one
+/// bit per freed id, and finds the event again when a violation names it.
+pub(crate) trait IdStates {
+    fn get(&self, id: u64) -> (u8, u64, Option<u32>);
+    fn set(&mut self, id: u64, state: u8, size: u64, at: u32);
+}
+
+/// Three arrays indexed by the dense ids: a trace held in memory.
+pub(crate) struct DenseIds {
+    state: Vec<u8>,
+    size_of: Vec<u64>,
+    at: Vec<u32>,
+}
+
+impl DenseIds {
+    pub(crate) fn new(n: usize) -> Self {
+        DenseIds { state: vec![UNSEEN; n], size_of: vec![0; n], at: vec![0; n] }
+    }
+}
+
+impl IdStates for DenseIds {
+    #[inline]
+    fn get(&self, id: u64) -> (u8, u64, Option<u32>) {
+        let id = id as usize;
+        (self.state[id], self.size_of[id], Some(self.at[id]))
+    }
+    #[inline]
+    fn set(&mut self, id: u64, state: u8, size: u64, at: u32) {
+        let id = id as usize;
+        self.state[id] = state;
+        self.size_of[id] = size;
+        self.at[id] = at;
+    }
+}
+
+/// Live ids in a map, freed ids as one bit each: a streamed trace (`MappedTrace`), whose state
+/// must stay O(live allocations) (the bits take 1/8 byte per event).
+pub(crate) struct SparseIds {
+    live: rustc_hash::FxHashMap<u64, (u8, u64, u32)>,
+    freed: Vec<u64>,
+}
+
+impl SparseIds {
+    pub(crate) fn new(n: u64) -> Self {
+        SparseIds { live: Default::default(), freed: vec![0; n.div_ceil(64) as usize] }
+    }
+}
+
+impl IdStates for SparseIds {
+    #[inline]
+    fn get(&self, id: u64) -> (u8, u64, Option<u32>) {
+        match self.live.get(&id) {
+            Some(&(state, size, at)) => (state, size, Some(at)),
+            None if self.freed[(id / 64) as usize] >> (id % 64) & 1 == 1 => (FREED, 0, None),
+            None => (UNSEEN, 0, None),
+        }
+    }
+    #[inline]
+    fn set(&mut self, id: u64, state: u8, size: u64, at: u32) {
+        if state == FREED {
+            self.live.remove(&id);
+            self.freed[(id / 64) as usize] |= 1 << (id % 64);
+        } else {
+            self.live.insert(id, (state, size, at));
+        }
+    }
+}
+
+/// A violation of the trace's semantics at one event.
+pub(crate) struct Violation {
+    pub(crate) event: usize,
+    action: Action,
+    /// The id whose last change `why` names, when the store did not know it (a freed id).
+    pub(crate) id: Option<u64>,
+    pub(crate) at: Option<u32>,
+    why: Box<dyn Fn(u32) -> String>,
+}
+
+impl Violation {
+    /// The strict load's error, with `at` the event that last changed the id it names.
+    pub(crate) fn error(&self, path: &Path, at: u32) -> Error {
+        Error::format(
+            path,
+            format!(
+                "event {} ({}): {}; pass --lenient (Python: lenient=True) to skip such events",
+                self.event,
+                self.action.as_str(),
+                (self.why)(at)
+            ),
+        )
+    }
+}
+
+/// The check of one event after another (a whole trace's, or a streamed file's batches in
+/// order), with the per-id state in `S`.
+pub(crate) struct EventChecker<'m, S> {
+    md: &'m TraceMetadata,
+    n: u64,
+    ids: S,
+    /// Last recorded time per device (devices are few: a short list).
+    last_time: Vec<(i32, i64, usize)>,
+    /// XLA dumps' times are schedule steps, restarting with each program (import::xla::trace):
+    /// not a clock.
+    clocked: bool,
+    /// Cache of the last device / pool found declared.
+    ok_device: Option<i32>,
+    ok_pool: Option<u32>,
+}
+
+impl<'m, S: IdStates> EventChecker<'m, S> {
+    /// `n`: the trace's number of events (ids must be below it).
+    pub(crate) fn new(md: &'m TraceMetadata, n: u64, ids: S) -> Self {
+        EventChecker { md, n, ids, last_time: Vec::new(), clocked: md.source != "xla", ok_device: None, ok_pool: None }
+    }
+
+    /// Checks row `j` of `c`, event `i` of the trace. `Err`: the trace is corrupt whatever the
+    /// options; `Ok(Err(_))`: the event violates the semantics (strict loads refuse it, lenient
+    /// ones skip it: the state is then left as before the event).
+    #[inline]
+    pub(crate) fn check(&mut self, c: &Columns<'_>, j: usize, i: usize, path: &Path) -> Result<std::result::Result<(), Violation>> {
+        let code = c.action[j];
+        let Some(action) = Action::from_code(code) else { return Ok(Ok(())) };
+        let size = c.size[j];
+        if size >= MAX_SIZE {
+            return Err(Error::format(
+                path,
+                format!("event {i} ({}): size {size} is not below 2^56 bytes: the trace is corrupt", action.as_str()),
+            ));
+        }
+        // Addresses are pointers below 2^56 (an `oom` event's addr is free bytes).
+        if action != Action::Oom && c.addr.is_valid(j) && c.addr.value(j) >= MAX_SIZE {
+            return Err(Error::format(
+                path,
+                format!("event {i} ({}): addr {:#x} is not below 2^56: the trace is corrupt", action.as_str(), c.addr.value(j)),
+            ));
+        }
+        let id_valid = c.alloc_id_valid(j);
+        let id = c.alloc_id[j];
+        if id_valid && id >= self.n {
+            return Err(Error::format(
+                path,
+                format!("event {i} ({}): alloc_id {id} is not dense: ids must be below the number of events ({})", action.as_str(), self.n),
+            ));
+        }
+        let violation =
+            |why: Box<dyn Fn(u32) -> String>, id: Option<u64>, at: Option<u32>| Ok(Err(Violation { event: i, action, id, at, why }));
+        let fixed = |m: String| -> Box<dyn Fn(u32) -> String> { Box::new(move |_| m.clone()) };
+        let dev = c.device[j];
+        if self.ok_device != Some(dev) {
+            if !self.md.devices.iter().any(|x| x.index == dev) {
+                return violation(fixed(format!("device {dev} is not declared in the trace metadata's devices")), None, None);
+            }
+            self.ok_device = Some(dev);
+        }
+        let pool = c.pool[j];
+        if self.ok_pool != Some(pool) {
+            if !self.md.pools.iter().any(|x| x.index == pool) {
+                return violation(fixed(format!("pool {pool} is not declared in the trace metadata's pools")), None, None);
+            }
+            self.ok_pool = Some(pool);
+        }
+        // The time is taken even when the event fails a check below (as a lenient load always did).
+        if self.clocked && !c.seed.value(j) && c.time_ns.is_valid(j) {
+            let t = c.time_ns.value(j);
+            match self.last_time.iter_mut().find(|x| x.0 == dev) {
+                Some(last) if t < last.1 => {
+                    let (last, at) = (last.1, last.2);
+                    return violation(fixed(format!("time goes backwards: {t} ns is before {last} ns at event {at}")), None, None);
+                }
+                Some(last) => {
+                    last.1 = t;
+                    last.2 = i;
+                }
+                None => self.last_time.push((dev, t, i)),
+            }
+        }
+        match action {
+            Action::Alloc => {
+                if !id_valid {
+                    return violation(fixed("an alloc without an alloc_id".into()), None, None);
+                }
+                let (state, _, at) = self.ids.get(id);
+                if state != UNSEEN {
+                    return violation(Box::new(move |at| format!("alloc_id {id} is allocated again (first at event {at})")), Some(id), at);
+                }
+                self.ids.set(id, LIVE, size, i as u32);
+            }
+            Action::FreeRequested | Action::FreeCompleted => {
+                if !id_valid {
+                    return violation(fixed("a free of a null alloc_id (an allocation the trace never made)".into()), None, None);
+                }
+                let (state, size_of, at) = self.ids.get(id);
+                match state {
+                    UNSEEN => return violation(fixed(format!("a free of alloc_id {id} before its alloc")), None, None),
+                    FREED => {
+                        return violation(Box::new(move |at| format!("a double free: alloc_id {id} was freed at event {at}")), Some(id), at)
+                    }
+                    REQUESTED if action == Action::FreeRequested => {
+                        return violation(
+                            Box::new(move |at| format!("a double free: alloc_id {id}'s free was requested at event {at}")),
+                            Some(id),
+                            at,
+                        )
+                    }
+                    _ => {}
+                }
+                if size != size_of {
+                    return violation(fixed(format!("frees {size} bytes of alloc_id {id}, allocated with {size_of} bytes")), None, None);
+                }
+                self.ids.set(id, if action == Action::FreeRequested { REQUESTED } else { FREED }, size, i as u32);
+            }
+            _ => {}
+        }
+        Ok(Ok(()))
+    }
 }
 
 #[cfg(test)]

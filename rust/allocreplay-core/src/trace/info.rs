@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use arrow_array::Array;
 
-use super::{Action, Trace};
+use super::{Action, Columns, Trace, TraceMetadata};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TraceInfo {
@@ -41,108 +41,133 @@ pub struct TraceInfo {
 }
 
 pub fn trace_info(trace: &Trace) -> TraceInfo {
-    let c = trace.columns();
-    let n = trace.num_events();
-    let mut allocs = 0;
-    let mut frees = 0;
-    let mut free_requests = 0;
-    let mut segment_events = 0;
-    let mut ooms = 0;
-    let mut empty_caches = 0;
-    let mut seed_allocs = 0;
-    let mut seed_segments = 0;
-    let mut streams = BTreeSet::new();
-    let mut pools = BTreeSet::new();
-    let mut live_size: Vec<u64> = Vec::new();
-    let mut live: u64 = 0;
-    let mut peak_live: u64 = 0;
-    let mut reserved: BTreeMap<i32, i128> = BTreeMap::new();
-    let mut peak_reserved: BTreeMap<i32, u64> = BTreeMap::new();
-    let mut total_reserved: i128 = 0;
-    let mut peak_total: Option<u64> = None;
-    let (mut tmin, mut tmax) = (i64::MAX, i64::MIN);
-    for i in 0..n {
-        let Some(action) = Action::from_code(c.action[i]) else { continue };
-        let seed = c.seed.value(i);
-        if !seed && c.time_ns.is_valid(i) {
-            let t = c.time_ns.value(i);
-            tmin = tmin.min(t);
-            tmax = tmax.max(t);
-        }
-        let dev = c.device[i];
-        match action {
-            Action::Alloc => {
-                streams.insert((dev, c.stream[i]));
-                pools.insert((dev, c.pool[i]));
-                if seed {
-                    seed_allocs += 1
-                } else {
-                    allocs += 1
-                }
-                let id = c.alloc_id[i] as usize;
-                if live_size.len() <= id {
-                    live_size.resize(id + 1, 0);
-                }
-                live_size[id] = c.size[i];
-                live += c.size[i];
-                peak_live = peak_live.max(live);
+    let mut b = InfoBuilder::default();
+    b.add(&trace.columns(), trace.num_events());
+    b.finish(&trace.metadata)
+}
+
+/// [`trace_info`] accumulated batch by batch (a streamed file's, `MappedTrace`): its state is
+/// O(live allocations + devices, streams and pools).
+#[derive(Debug, Default)]
+pub struct InfoBuilder {
+    events: usize,
+    allocs: usize,
+    frees: usize,
+    free_requests: usize,
+    segment_events: usize,
+    ooms: usize,
+    empty_caches: usize,
+    seed_allocs: usize,
+    seed_segments: usize,
+    devices: BTreeSet<i32>,
+    streams: BTreeSet<(i32, i64)>,
+    pools: BTreeSet<(i32, u32)>,
+    /// Requested size of each live allocation.
+    live_size: rustc_hash::FxHashMap<u64, u64>,
+    live: u64,
+    peak_live: u64,
+    reserved: BTreeMap<i32, i128>,
+    peak_reserved: BTreeMap<i32, u64>,
+    total_reserved: i128,
+    peak_total: Option<u64>,
+    tmin: Option<i64>,
+    tmax: Option<i64>,
+    last_device: Option<i32>,
+}
+
+impl InfoBuilder {
+    /// Counts the first `n` rows of `c`, the trace's next events.
+    pub fn add(&mut self, c: &Columns<'_>, n: usize) {
+        self.events += n;
+        for i in 0..n {
+            let dev = c.device[i];
+            if self.last_device != Some(dev) {
+                self.devices.insert(dev);
+                self.last_device = Some(dev);
             }
-            Action::FreeRequested => {
-                if !seed {
-                    free_requests += 1
-                }
+            let Some(action) = Action::from_code(c.action[i]) else { continue };
+            let seed = c.seed.value(i);
+            if !seed && c.time_ns.is_valid(i) {
+                let t = c.time_ns.value(i);
+                self.tmin = Some(self.tmin.map_or(t, |m| m.min(t)));
+                self.tmax = Some(self.tmax.map_or(t, |m| m.max(t)));
             }
-            Action::FreeCompleted => {
-                if !seed {
-                    frees += 1
+            match action {
+                Action::Alloc => {
+                    self.streams.insert((dev, c.stream[i]));
+                    self.pools.insert((dev, c.pool[i]));
+                    if seed {
+                        self.seed_allocs += 1
+                    } else {
+                        self.allocs += 1
+                    }
+                    self.live_size.insert(c.alloc_id[i], c.size[i]);
+                    self.live += c.size[i];
+                    self.peak_live = self.peak_live.max(self.live);
                 }
-                let id = c.alloc_id[i] as usize;
-                if let Some(s) = live_size.get_mut(id) {
-                    live -= *s;
-                    *s = 0;
+                Action::FreeRequested => {
+                    if !seed {
+                        self.free_requests += 1
+                    }
                 }
+                Action::FreeCompleted => {
+                    if !seed {
+                        self.frees += 1
+                    }
+                    if let Some(s) = self.live_size.remove(&c.alloc_id[i]) {
+                        self.live -= s;
+                    }
+                }
+                Action::SegmentAlloc | Action::SegmentMap | Action::SegmentFree | Action::SegmentUnmap => {
+                    if seed {
+                        self.seed_segments += 1
+                    } else {
+                        self.segment_events += 1
+                    }
+                    let delta =
+                        if matches!(action, Action::SegmentAlloc | Action::SegmentMap) { c.size[i] as i128 } else { -(c.size[i] as i128) };
+                    let r = self.reserved.entry(dev).or_insert(0);
+                    *r += delta;
+                    let p = self.peak_reserved.entry(dev).or_insert(0);
+                    *p = (*p).max((*r).max(0) as u64);
+                    self.total_reserved += delta;
+                    let t = self.total_reserved.max(0) as u64;
+                    self.peak_total = Some(self.peak_total.map_or(t, |p: u64| p.max(t)));
+                }
+                Action::Oom => self.ooms += 1,
+                Action::EmptyCache => self.empty_caches += 1,
+                Action::Snapshot => {}
             }
-            Action::SegmentAlloc | Action::SegmentMap | Action::SegmentFree | Action::SegmentUnmap => {
-                if seed {
-                    seed_segments += 1
-                } else {
-                    segment_events += 1
-                }
-                let delta =
-                    if matches!(action, Action::SegmentAlloc | Action::SegmentMap) { c.size[i] as i128 } else { -(c.size[i] as i128) };
-                let r = reserved.entry(dev).or_insert(0);
-                *r += delta;
-                let p = peak_reserved.entry(dev).or_insert(0);
-                *p = (*p).max((*r).max(0) as u64);
-                total_reserved += delta;
-                let t = total_reserved.max(0) as u64;
-                peak_total = Some(peak_total.map_or(t, |p: u64| p.max(t)));
-            }
-            Action::Oom => ooms += 1,
-            Action::EmptyCache => empty_caches += 1,
-            Action::Snapshot => {}
         }
     }
-    TraceInfo {
-        format_version: trace.metadata.format_version,
-        source: trace.metadata.source.clone(),
-        source_version: trace.metadata.source_version.clone(),
-        devices: trace.devices(),
-        events: n,
-        allocs,
-        frees,
-        free_requests,
-        segment_events,
-        ooms,
-        empty_caches,
-        streams: streams.len(),
-        pools: pools.len(),
-        seed_allocs,
-        seed_segments,
-        peak_live_requested_bytes: peak_live,
-        recorded_peak_reserved_bytes: peak_total,
-        recorded_peak_reserved_bytes_per_device: peak_reserved,
-        duration_s: (tmax >= tmin).then(|| (tmax - tmin) as f64 / 1e9),
-        lenient_skipped: trace.metadata.extra.get(super::check::LENIENT_SKIPPED).and_then(|v| v.as_u64()),
+
+    /// Distinct device indices seen so far, ascending.
+    pub fn devices(&self) -> Vec<i32> {
+        self.devices.iter().copied().collect()
+    }
+
+    pub fn finish(self, metadata: &TraceMetadata) -> TraceInfo {
+        TraceInfo {
+            format_version: metadata.format_version,
+            source: metadata.source.clone(),
+            source_version: metadata.source_version.clone(),
+            devices: self.devices.into_iter().collect(),
+            events: self.events,
+            allocs: self.allocs,
+            frees: self.frees,
+            free_requests: self.free_requests,
+            segment_events: self.segment_events,
+            ooms: self.ooms,
+            empty_caches: self.empty_caches,
+            streams: self.streams.len(),
+            pools: self.pools.len(),
+            seed_allocs: self.seed_allocs,
+            seed_segments: self.seed_segments,
+            peak_live_requested_bytes: self.peak_live,
+            recorded_peak_reserved_bytes: self.peak_total,
+            recorded_peak_reserved_bytes_per_device: self.peak_reserved,
+            duration_s: self.tmin.zip(self.tmax).map(|(a, b)| (b - a) as f64 / 1e9),
+            lenient_skipped: metadata.extra.get(super::check::LENIENT_SKIPPED).and_then(|v| v.as_u64()),
+        }
     }
 }

@@ -8,7 +8,7 @@ use arrow_ipc::writer::FileWriter;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::schema::{core_fields, META_FORMAT_VERSION, META_FRAMES, META_METADATA};
 use super::{Action, FrameTable, Trace, TraceMetadata, FORMAT_VERSION};
@@ -17,11 +17,7 @@ use crate::error::{Error, Result};
 /// Writes `trace` to `path` atomically: into a temporary file beside it, renamed over `path`
 /// once complete, so a failed write never leaves a partial trace (nor destroys an old one).
 pub fn write_arrow(trace: &Trace, path: &Path) -> Result<()> {
-    let name = path.file_name().ok_or_else(|| Error::io(path, std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name")))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
+    let tmp = tmp_beside(path)?;
     let file = File::create(&tmp).map_err(|e| Error::io(path, e))?;
     let written = write_arrow_to(trace, BufWriter::new(file)).map_err(|e| match e {
         WriteError::Io(e) => Error::io(path, e),
@@ -34,11 +30,76 @@ pub fn write_arrow(trace: &Trace, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The temporary file a write of `path` goes to before it is renamed over `path`.
+fn tmp_beside(path: &Path) -> Result<PathBuf> {
+    let name = path.file_name().ok_or_else(|| Error::io(path, std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name")))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    Ok(path.with_file_name(tmp_name))
+}
+
+/// An `.arrow` trace written record batch by record batch, for a trace too large to hold
+/// whole (`tile_to_file`): atomic as [`write_arrow`] (a temporary file beside `path`, renamed
+/// over it by [`TraceFileWriter::finish`]; one dropped unfinished is removed).
+pub struct TraceFileWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    writer: Option<FileWriter<BufWriter<File>>>,
+    rows: u64,
+}
+
+impl TraceFileWriter {
+    /// Starts `path`, whose batches will all have `schema` (a trace's, with its metadata).
+    pub fn create(path: &Path, schema: &arrow_schema::Schema) -> Result<Self> {
+        let tmp = tmp_beside(path)?;
+        let file = File::create(&tmp).map_err(|e| Error::io(path, e))?;
+        let mut w = TraceFileWriter { path: path.to_path_buf(), tmp, writer: None, rows: 0 };
+        w.writer = Some(FileWriter::try_new(BufWriter::new(file), schema).map_err(|e| w.error(e))?);
+        Ok(w)
+    }
+
+    fn error(&self, e: arrow_schema::ArrowError) -> Error {
+        match e {
+            arrow_schema::ArrowError::IoError(_, e) => Error::io(&self.path, e),
+            e => Error::format(&self.path, format!("cannot write Arrow file: {e}")),
+        }
+    }
+
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let w = self.writer.as_mut().expect("written before finish");
+        let r = w.write(batch);
+        r.map_err(|e| self.error(e))?;
+        self.rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// Writes the footer and renames the file into place; the number of rows written.
+    pub fn finish(mut self) -> Result<u64> {
+        let mut w = self.writer.take().expect("finished once");
+        let done = w.finish().and_then(|()| w.into_inner()).map_err(|e| self.error(e));
+        let done = done.and_then(|mut out| out.flush().map_err(|e| Error::io(&self.path, e)));
+        if let Err(e) = done.and_then(|()| std::fs::rename(&self.tmp, &self.path).map_err(|e| Error::io(&self.path, e))) {
+            let _ = std::fs::remove_file(&self.tmp);
+            return Err(e);
+        }
+        Ok(self.rows)
+    }
+}
+
+impl Drop for TraceFileWriter {
+    fn drop(&mut self) {
+        if self.writer.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
 /// Checks what arrow-ipc trusts before it slices buffers (a block or buffer beyond the file
 /// panics inside arrow-buffer; a huge body length allocates it): every footer block lies in
 /// the file, every buffer in its message's body, and the batches hold no more rows than the
 /// file could (at least [`MIN_ROW_BYTES`] bytes a row: blocks pointing at one body many times).
-fn check_ipc_bounds(bytes: &[u8]) -> std::result::Result<(), String> {
+pub(crate) fn check_ipc_bounds(bytes: &[u8]) -> std::result::Result<(), String> {
     let n = bytes.len();
     if n < 18 || !bytes.ends_with(b"ARROW1") {
         return Err("the file is truncated (no ARROW1 trailer)".into());
@@ -308,6 +369,21 @@ fn read_checked(path: &Path, bytes: Vec<u8>) -> Result<Trace> {
 /// `read_arrow` checks a file; `origin` names the source in errors.
 pub fn trace_from_batches(schema: arrow_schema::SchemaRef, batches: Vec<RecordBatch>, origin: &Path) -> Result<Trace> {
     let path = origin;
+    let (metadata, frames) = trace_header(&schema, path)?;
+    let batch = if batches.len() == 1 {
+        batches.into_iter().next().unwrap()
+    } else {
+        arrow_select::concat::concat_batches(&schema, &batches)
+            .map_err(|e| Error::format(path, format!("cannot concatenate record batches: {e}")))?
+    };
+    let rows = batch.num_rows() as u64;
+    let batch = checked_batch(batch, &schema, rows, path)?;
+    Ok(Trace::from_checked_batch(metadata, frames, batch))
+}
+
+/// The metadata and frame table of a trace's schema, once its format version and core columns
+/// are checked.
+pub(crate) fn trace_header(schema: &arrow_schema::SchemaRef, path: &Path) -> Result<(TraceMetadata, FrameTable)> {
     let md = schema.metadata();
     let version = md.get(META_FORMAT_VERSION).ok_or_else(|| {
         Error::schema(path, "Arrow file is not an allocreplay trace (no allocreplay.format_version in its schema metadata); import the raw capture with `allocreplay import`")
@@ -336,12 +412,14 @@ pub fn trace_from_batches(schema: arrow_schema::SchemaRef, batches: Vec<RecordBa
         Some(s) => serde_json::from_str(s).map_err(|e| Error::schema(path, format!("bad allocreplay.frames: {e}")))?,
         None => FrameTable::default(),
     };
-    let batch = if batches.len() == 1 {
-        batches.into_iter().next().unwrap()
-    } else {
-        arrow_select::concat::concat_batches(&schema, &batches)
-            .map_err(|e| Error::format(path, format!("cannot concatenate record batches: {e}")))?
-    };
+    Ok((metadata, frames))
+}
+
+/// One record batch of a trace (the whole trace, or one batch of a streamed file), checked as
+/// the engine needs it: the schema's, a canonical action dictionary, every array valid, and
+/// allocation ids below `total_rows` (the trace's events: ids are dense), with the values under
+/// alloc_id's nulls zeroed.
+pub(crate) fn checked_batch(batch: RecordBatch, schema: &arrow_schema::SchemaRef, total_rows: u64, path: &Path) -> Result<RecordBatch> {
     // The schema metadata travels with the trace (save, to_arrow): keep the given schema's.
     let batch =
         batch.with_schema(schema.clone()).map_err(|e| Error::schema(path, format!("record batch does not match its schema: {e}")))?;
@@ -362,11 +440,8 @@ pub fn trace_from_batches(schema: arrow_schema::SchemaRef, batches: Vec<RecordBa
     }
     let ids = batch.column(1).as_primitive::<arrow_array::types::UInt64Type>();
     if let Some(max) = ids.iter().flatten().max() {
-        if max >= batch.num_rows() as u64 {
-            return Err(Error::schema(
-                path,
-                format!("alloc_id {max} is not dense: ids must be below the number of events ({})", batch.num_rows()),
-            ));
+        if max >= total_rows {
+            return Err(Error::schema(path, format!("alloc_id {max} is not dense: ids must be below the number of events ({total_rows})")));
         }
     }
     // Values under nulls are undefined in Arrow (any writer may leave garbage there); the engine
@@ -381,5 +456,5 @@ pub fn trace_from_batches(schema: arrow_schema::SchemaRef, batches: Vec<RecordBa
         }
         _ => batch,
     };
-    Ok(Trace::from_checked_batch(metadata, frames, batch))
+    Ok(batch)
 }

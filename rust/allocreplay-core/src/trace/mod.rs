@@ -8,6 +8,7 @@ mod edit;
 mod frames;
 pub mod info;
 mod ipc;
+mod mapped;
 mod metadata;
 pub mod schema;
 mod tile;
@@ -15,9 +16,10 @@ mod tile;
 pub use action::Action;
 pub use builder::{EventRow, TraceBuilder};
 pub use frames::{FrameInterner, FrameTable};
-pub use ipc::{read_arrow, read_arrow_bytes, trace_from_batches, write_arrow, write_arrow_to, WriteError};
+pub use ipc::{read_arrow, read_arrow_bytes, trace_from_batches, write_arrow, write_arrow_to, TraceFileWriter, WriteError};
+pub use mapped::{Batches, MappedTrace};
 pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION};
-pub use tile::tile;
+pub use tile::{tile, tile_to_file};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type, UInt8Type};
@@ -49,7 +51,26 @@ pub struct Columns<'a> {
     alloc_id_nulls: Option<&'a arrow_buffer::NullBuffer>,
 }
 
-impl Columns<'_> {
+impl<'a> Columns<'a> {
+    /// Views of a trace batch's core columns: a whole trace's, or one record batch of a file
+    /// streamed by [`MappedTrace`].
+    pub fn of(b: &'a RecordBatch) -> Columns<'a> {
+        // Types are guaranteed by construction (builder) or by `read_arrow`'s schema check.
+        let action = b.column(0).as_dictionary::<UInt8Type>().keys().values();
+        Columns {
+            action,
+            alloc_id: b.column(1).as_primitive::<UInt64Type>().values(),
+            size: b.column(2).as_primitive::<UInt64Type>().values(),
+            addr: b.column(3).as_primitive::<UInt64Type>(),
+            stream: b.column(4).as_primitive::<Int64Type>().values(),
+            device: b.column(5).as_primitive::<Int32Type>().values(),
+            pool: b.column(6).as_primitive::<UInt32Type>().values(),
+            time_ns: b.column(7).as_primitive::<Int64Type>(),
+            seed: b.column(8).as_boolean(),
+            alloc_id_nulls: b.column(1).nulls(),
+        }
+    }
+
     #[inline]
     pub fn alloc_id_valid(&self, i: usize) -> bool {
         self.alloc_id_nulls.is_none_or(|n| n.is_valid(i))
@@ -87,21 +108,7 @@ impl Trace {
     }
 
     pub fn columns(&self) -> Columns<'_> {
-        let b = &self.batch;
-        // Types are guaranteed by construction (builder) or by `read_arrow`'s schema check.
-        let action = b.column(0).as_dictionary::<UInt8Type>().keys().values();
-        Columns {
-            action,
-            alloc_id: b.column(1).as_primitive::<UInt64Type>().values(),
-            size: b.column(2).as_primitive::<UInt64Type>().values(),
-            addr: b.column(3).as_primitive::<UInt64Type>(),
-            stream: b.column(4).as_primitive::<Int64Type>().values(),
-            device: b.column(5).as_primitive::<Int32Type>().values(),
-            pool: b.column(6).as_primitive::<UInt32Type>().values(),
-            time_ns: b.column(7).as_primitive::<Int64Type>(),
-            seed: b.column(8).as_boolean(),
-            alloc_id_nulls: b.column(1).nulls(),
-        }
+        Columns::of(&self.batch)
     }
 
     /// Distinct device indices, ascending.

@@ -4,7 +4,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::UInt32Type;
 use arrow_array::Array;
 
-use super::{Action, EventRow, Trace, TraceBuilder};
+use std::path::Path;
+
+use super::{Action, Columns, EventRow, Trace, TraceBuilder, TraceFileWriter};
 use crate::error::{Error, Result};
 
 /// `trace` repeated `n` times: repetition `k` has allocation ids shifted by `k` x (the largest
@@ -13,52 +15,106 @@ use crate::error::{Error, Result};
 /// never overlap; times shifted past the previous repetition's last event. Seeds of a truncated
 /// history stay seeds only in the first repetition. Optional columns are dropped.
 pub fn tile(trace: &Trace, n: usize) -> Result<Trace> {
-    if n == 0 {
-        return Err(Error::InvalidArgument("tile: the number of repetitions must be at least 1".into()));
-    }
-    let c = trace.columns();
-    let events = trace.num_events();
-    let id_step = c.alloc_id.iter().copied().max().map_or(1, |m| m + 1);
-    let (mut lo, mut hi) = (u64::MAX, 0u64);
-    for i in 0..events {
-        if c.addr.is_valid(i) {
-            let a = c.addr.value(i);
-            lo = lo.min(a);
-            hi = hi.max(a.saturating_add(c.size[i]));
-        }
-    }
-    let addr_step = if lo > hi { 0 } else { (hi - lo).div_ceil(1 << 30).max(1) << 30 };
-    let times: Vec<i64> = c.time_ns.iter().flatten().collect();
-    let time_step = match (times.iter().min(), times.iter().max()) {
-        (Some(a), Some(b)) => b - a + 1,
-        _ => 0,
-    };
-    let stack = trace.column("stack_id").and_then(|s| s.as_primitive_opt::<UInt32Type>());
-    let total = events
-        .checked_mul(n)
-        .filter(|t| (*t as u64) < u64::MAX / 2)
-        .ok_or_else(|| Error::InvalidArgument(format!("tile: {n} x {events} events is too many")))?;
-    let mut b = TraceBuilder::with_capacity(total);
+    let t = Tiler::new(trace, n)?;
+    let mut b = TraceBuilder::with_capacity(t.total);
     for k in 0..n as u64 {
-        for i in 0..events {
-            let action =
-                Action::from_code(c.action[i]).ok_or_else(|| Error::Replay(format!("event {i}: unknown action code {}", c.action[i])))?;
-            let row = EventRow {
-                action,
-                alloc_id: c.alloc_id_valid(i).then(|| c.alloc_id[i] + k * id_step),
-                size: c.size[i],
-                addr: c.addr.is_valid(i).then(|| c.addr.value(i) + k * addr_step),
-                stream: c.stream[i],
-                device: c.device[i],
-                pool: c.pool[i],
-                time_ns: c.time_ns.is_valid(i).then(|| c.time_ns.value(i) + k as i64 * time_step),
-                seed: k == 0 && c.seed.value(i),
-                stack_id: stack.and_then(|s| s.is_valid(i).then(|| s.value(i))),
-            };
-            b.push(&row);
+        for i in 0..t.events {
+            b.push(&t.row(k, i)?);
         }
     }
     b.finish(trace.metadata.clone(), trace.frames.clone())
+}
+
+/// [`tile`] written to `path` as it is made, `batch_rows` events a record batch, so that a
+/// tile of any length takes the memory of one batch (a 100 M-event benchmark trace: issue
+/// #12). The number of events written.
+pub fn tile_to_file(trace: &Trace, n: usize, path: &Path, batch_rows: usize) -> Result<u64> {
+    let t = Tiler::new(trace, n)?;
+    let batch_rows = batch_rows.max(1);
+    let mut writer: Option<TraceFileWriter> = None;
+    let mut b = TraceBuilder::with_capacity(batch_rows.min(t.total));
+    let flush = |b: TraceBuilder, writer: &mut Option<TraceFileWriter>| -> Result<()> {
+        let part = b.finish(trace.metadata.clone(), trace.frames.clone())?;
+        if writer.is_none() {
+            *writer = Some(TraceFileWriter::create(path, &part.schema())?);
+        }
+        writer.as_mut().expect("created above").write(part.batch())
+    };
+    for k in 0..n as u64 {
+        for i in 0..t.events {
+            b.push(&t.row(k, i)?);
+            if b.len() == batch_rows {
+                flush(std::mem::replace(&mut b, TraceBuilder::with_capacity(batch_rows)), &mut writer)?;
+            }
+        }
+    }
+    // The rest; an empty trace still gets its one (empty) batch, as `write_arrow` writes it.
+    if !b.is_empty() || writer.is_none() {
+        flush(b, &mut writer)?;
+    }
+    writer.expect("written above").finish()
+}
+
+/// What [`tile`] adds to repetition `k`'s ids, addresses and times.
+struct Tiler<'a> {
+    c: Columns<'a>,
+    stack: Option<&'a arrow_array::PrimitiveArray<UInt32Type>>,
+    events: usize,
+    total: usize,
+    id_step: u64,
+    addr_step: u64,
+    time_step: i64,
+}
+
+impl<'a> Tiler<'a> {
+    fn new(trace: &'a Trace, n: usize) -> Result<Self> {
+        if n == 0 {
+            return Err(Error::InvalidArgument("tile: the number of repetitions must be at least 1".into()));
+        }
+        let c = trace.columns();
+        let events = trace.num_events();
+        let id_step = c.alloc_id.iter().copied().max().map_or(1, |m| m + 1);
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        for i in 0..events {
+            if c.addr.is_valid(i) {
+                let a = c.addr.value(i);
+                lo = lo.min(a);
+                hi = hi.max(a.saturating_add(c.size[i]));
+            }
+        }
+        let addr_step = if lo > hi { 0 } else { (hi - lo).div_ceil(1 << 30).max(1) << 30 };
+        let times: Vec<i64> = c.time_ns.iter().flatten().collect();
+        let time_step = match (times.iter().min(), times.iter().max()) {
+            (Some(a), Some(b)) => b - a + 1,
+            _ => 0,
+        };
+        let total = events
+            .checked_mul(n)
+            .filter(|t| (*t as u64) < u64::MAX / 2)
+            .ok_or_else(|| Error::InvalidArgument(format!("tile: {n} x {events} events is too many")))?;
+        let stack = trace.column("stack_id").and_then(|s| s.as_primitive_opt::<UInt32Type>());
+        Ok(Tiler { c, stack, events, total, id_step, addr_step, time_step })
+    }
+
+    /// Event `i` of repetition `k`.
+    #[inline]
+    fn row(&self, k: u64, i: usize) -> Result<EventRow> {
+        let (c, stack) = (&self.c, self.stack);
+        let action =
+            Action::from_code(c.action[i]).ok_or_else(|| Error::Replay(format!("event {i}: unknown action code {}", c.action[i])))?;
+        Ok(EventRow {
+            action,
+            alloc_id: c.alloc_id_valid(i).then(|| c.alloc_id[i] + k * self.id_step),
+            size: c.size[i],
+            addr: c.addr.is_valid(i).then(|| c.addr.value(i) + k * self.addr_step),
+            stream: c.stream[i],
+            device: c.device[i],
+            pool: c.pool[i],
+            time_ns: c.time_ns.is_valid(i).then(|| c.time_ns.value(i) + k as i64 * self.time_step),
+            seed: k == 0 && c.seed.value(i),
+            stack_id: stack.and_then(|s| s.is_valid(i).then(|| s.value(i))),
+        })
+    }
 }
 
 #[cfg(test)]
