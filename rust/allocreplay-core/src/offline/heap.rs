@@ -356,7 +356,7 @@ impl<'a> Planner<'a> {
     /// open end last), keeping the first smallest that fits.
     fn find_chunk_candidate<C: Chunk>(&self, placed: &Placed<C>, scratch: &mut Scratch, job: &Job) -> i64 {
         let (size, max_colocation_size) = (job.size, job.max_colocation_size);
-        if !job.colocated && size >= 1 && self.alignment & (self.alignment - 1) == 0 {
+        if !job.colocated && size >= 1 && max_colocation_size >= size && self.alignment & (self.alignment - 1) == 0 {
             // The common case: the chunks come sorted from the overlap structure.
             let walk = FreeChunkWalk::new(size, max_colocation_size, self.alignment);
             return self.layout.best_fit(placed, job.at, walk, scratch);
@@ -428,19 +428,22 @@ fn best_fit(mut used: impl Iterator<Item = (i64, i64)>, size: i64, max_colocatio
 }
 
 /// [`best_fit`] as a state machine fed one used chunk at a time, without branches on the
-/// data (a run that starts, a gap that fits, a better gap are selects), for the common case:
-/// `size >= 1` and a power-of-two alignment. It starts inside an empty run at offset 0, which
-/// lists no free chunk (its gap has length 0 < `size`) and so behaves as `best_fit`'s
-/// first-chunk case; an entry `(current_offset, current_offset)` changes nothing, which is how
-/// chunks filtered out are skipped without a branch.
+/// data, for the common case: `size >= 1`, `max_colocation_size >= size` and a power-of-two
+/// alignment. It keeps only the highest end so far (`run_end`): a chunk starting at or above
+/// it starts a run, and the free chunk before that run is `[align(run_end), offset)` — what
+/// `best_fit` lists there (its free start is the aligned end of the run before, the highest
+/// end so far; at first 0), judged here as the run starts rather than as the next one does:
+/// the same free chunks in the same order. An entry `(-1, -1)` changes nothing, which is how
+/// chunks filtered out are skipped without a branch. Only two values carry from one chunk to
+/// the next (the highest end, and the best so far), so chunks follow each other faster than
+/// through `best_fit`'s run bookkeeping.
 #[derive(Clone, Copy)]
 struct FreeChunkWalk {
-    size: i64,
-    max_colocation_size: i64,
+    /// A free chunk must be this long to be listed and to fit (`max(size,
+    /// max_colocation_size)`).
+    need: i64,
     /// `alignment - 1`.
     mask: i64,
-    free_start: i64,
-    run_offset: i64,
     run_end: i64,
     best_offset: i64,
     best_size: i64,
@@ -448,17 +451,8 @@ struct FreeChunkWalk {
 
 impl FreeChunkWalk {
     fn new(size: i64, max_colocation_size: i64, alignment: i64) -> Self {
-        debug_assert!(size >= 1 && alignment >= 1 && alignment & (alignment - 1) == 0);
-        FreeChunkWalk {
-            size,
-            max_colocation_size,
-            mask: alignment - 1,
-            free_start: 0,
-            run_offset: 0,
-            run_end: 0,
-            best_offset: -1,
-            best_size: i64::MAX,
-        }
+        debug_assert!(size >= 1 && max_colocation_size >= size && alignment >= 1 && alignment & (alignment - 1) == 0);
+        FreeChunkWalk { need: size.max(max_colocation_size), mask: alignment - 1, run_end: 0, best_offset: -1, best_size: i64::MAX }
     }
 
     #[inline(always)]
@@ -466,44 +460,35 @@ impl FreeChunkWalk {
         (x + self.mask) & !self.mask
     }
 
-    /// The free chunk `[start, end)`, if listed (at least `size` long), judged.
-    #[inline(always)]
-    fn gap(&mut self, listed: bool, start: i64, end: i64) {
-        let aligned_start = self.align(start);
-        let length = end - start;
-        let take = listed
-            & (length >= self.size)
-            & (end - self.max_colocation_size >= aligned_start)
-            & ((self.best_offset < 0) | (length < self.best_size));
-        self.best_size = select_unpredictable(take, length, self.best_size);
-        self.best_offset = select_unpredictable(take, aligned_start, self.best_offset);
-    }
-
     /// The next used chunk `[offset, end)` by offset.
     #[inline(always)]
     fn step(&mut self, offset: i64, end: i64) {
-        let new_run = offset >= self.run_end;
-        self.gap(new_run, self.free_start, self.run_offset);
-        let next_free = self.free_start.max(self.align(self.run_end));
-        self.free_start = select_unpredictable(new_run, next_free, self.free_start);
-        self.run_offset = select_unpredictable(new_run, offset, self.run_offset);
-        self.run_end = select_unpredictable(new_run, end, self.run_end.max(end));
+        // The free chunk [start, offset) before a run starting here: listed when at least
+        // `size` long, fits `max_colocation_size` from its (aligned) start, and is kept when
+        // shorter than the best so far (the first of equal ones wins).
+        let start = self.align(self.run_end);
+        let length = offset - start;
+        let take = (offset >= self.run_end) & (length >= self.need) & (length < self.best_size);
+        self.best_size = select_unpredictable(take, length, self.best_size);
+        self.best_offset = select_unpredictable(take, start, self.best_offset);
+        self.run_end = self.run_end.max(end);
     }
 
     /// [`Self::step`] if `keep`, else nothing.
     #[inline(always)]
     fn step_if(&mut self, keep: bool, offset: i64, end: i64) {
-        let o = select_unpredictable(keep, offset, self.run_offset);
-        let e = select_unpredictable(keep, end, self.run_offset);
-        self.step(o, e);
+        self.step(select_unpredictable(keep, offset, -1), select_unpredictable(keep, end, -1));
     }
 
-    /// The offset chosen, once every used chunk has been stepped.
-    fn finish(mut self) -> i64 {
-        self.gap(true, self.free_start, self.run_offset);
-        self.free_start = self.free_start.max(self.align(self.run_end));
-        self.gap(true, self.free_start, i64::MAX);
-        self.best_offset
+    /// The offset chosen, once every used chunk has been stepped: the open end last.
+    fn finish(self) -> i64 {
+        let start = self.align(self.run_end);
+        let length = i64::MAX - start;
+        if i64::MAX - self.need >= start && (self.best_offset < 0 || length < self.best_size) {
+            start
+        } else {
+            self.best_offset
+        }
     }
 }
 
