@@ -7,12 +7,18 @@
 //! `GlobalDecreasingSizeBestFitHeap::Alloc/Free/ShareWith` advance `current_time_`. `plan`
 //! then places every interval (`Finish`) and keeps the smaller heap.
 //!
-//! Speed: the time-overlap queries of `BufferIntervalTree` are answered from all intervals
-//! sorted by start plus checkpoints listing the intervals live at regular points
-//! ([`PlacedTree`]): a query reads the intervals live at its start and those starting during
-//! it, contiguously, where upstream's treap walks O(log n) nodes per reported interval. The
-//! free chunks are judged as they are found, not listed. No allocation per placement beyond
-//! one reused scratch vector.
+//! Speed: the time-overlap queries of `BufferIntervalTree` are answered from lists of the
+//! placed chunks kept sorted by offset ([`Layout`]): a query reads one list in the order
+//! `MakeFreeChunksList` walks the chunks, filtering by two integer comparisons (an interval
+//! that outlives the list's window merges in a few more, already sorted), where upstream's
+//! treap walks O(log n) nodes per reported interval and then sorts them. The lists are
+//! compact (12 bytes an entry) and prefetched a placement ahead: at 1 M buffers they live in
+//! memory, not cache, and reading them is most of the time. The
+//! free chunks are judged as they are found, not listed, by a walk without data-dependent
+//! branches ([`FreeChunkWalk`]). kSpatial and kTemporal run on two threads when there are
+//! cores for them. No allocation per placement beyond reused scratch vectors.
+
+use std::hint::select_unpredictable;
 
 /// Which order `GlobalDecreasingSizeBestFitHeap` places intervals in (`PackingStrategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,10 +170,22 @@ pub struct HeapPlan {
 /// `ChooseBestHeapAlgorithm` over kSpatial and kTemporal, as
 /// `BufferAssigner::AssignBuffersWithSequentialOrdering`'s `get_heap_algorithm` builds it:
 /// the smaller heap wins, kSpatial on a tie (it is listed first).
+///
+/// The two orders share nothing they write: with more than one core and enough intervals to
+/// be worth a thread, kTemporal runs on a second thread while kSpatial runs on this one (the
+/// result is the same either way).
 pub fn plan(intervals: &[BufferInterval], alignment: i64) -> HeapPlan {
-    let mut planner = Planner::new(intervals, alignment);
-    let spatial = planner.run(Strategy::Spatial);
-    let temporal = planner.run(Strategy::Temporal);
+    let planner = Planner::new(intervals, alignment);
+    let parallel = intervals.len() >= PARALLEL_FROM && std::thread::available_parallelism().is_ok_and(|p| p.get() > 1);
+    let (spatial, temporal) = if parallel {
+        std::thread::scope(|s| {
+            let temporal = s.spawn(|| planner.run(Strategy::Temporal));
+            let spatial = planner.run(Strategy::Spatial);
+            (spatial, temporal.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        })
+    } else {
+        (planner.run(Strategy::Spatial), planner.run(Strategy::Temporal))
+    };
     if temporal.heap_size < spatial.heap_size {
         temporal
     } else {
@@ -175,11 +193,17 @@ pub fn plan(intervals: &[BufferInterval], alignment: i64) -> HeapPlan {
     }
 }
 
+/// Intervals from which [`plan`] runs its two orders on two threads (below, a thread costs
+/// more than it saves).
+const PARALLEL_FROM: usize = 20_000;
+
 /// One strategy only (`GlobalDecreasingSizeBestFitHeap::Finish`).
 pub fn plan_with(intervals: &[BufferInterval], alignment: i64, strategy: Strategy) -> HeapPlan {
     Planner::new(intervals, alignment).run(strategy)
 }
 
+/// What both orders share: the intervals' transitive colocations and the layout of the
+/// overlap structure. Each [`Planner::run`] fills a [`Placed`] of its own.
 struct Planner<'a> {
     iv: &'a [BufferInterval],
     alignment: i64,
@@ -191,20 +215,16 @@ struct Planner<'a> {
     min_start: Vec<i64>,
     max_end: Vec<i64>,
     max_size: Vec<i64>,
-    tree: PlacedTree,
-    used: Vec<(i64, i64)>,
-    packed: Vec<u64>,
-    /// Largest chunk size (bits it needs, for packing).
-    max_chunk_size: u64,
+    layout: Layout,
 }
 
 impl<'a> Planner<'a> {
     fn new(iv: &'a [BufferInterval], alignment: i64) -> Self {
-        Self::with_lists(iv, alignment, None)
+        Self::with_layout(iv, alignment, None)
     }
 
-    /// `sorted_lists`: force [`PlacedTree`]'s choice (tests cover both ways).
-    fn with_lists(iv: &'a [BufferInterval], alignment: i64, sorted_lists: Option<bool>) -> Self {
+    /// `block_window`: force [`Layout`]'s block and window (tests use tiny ones).
+    fn with_layout(iv: &'a [BufferInterval], alignment: i64, block_window: Option<(usize, usize)>) -> Self {
         let n = iv.len();
         let mut colo_start = Vec::with_capacity(n + 1);
         let mut colo = Vec::new();
@@ -235,7 +255,6 @@ impl<'a> Planner<'a> {
             max_size.push(sz);
         }
         colo_start.push(colo.len() as u32);
-        let max_chunk_size = max_size.iter().copied().max().unwrap_or(0).max(0) as u64;
         Planner {
             iv,
             alignment: alignment.max(1),
@@ -244,10 +263,7 @@ impl<'a> Planner<'a> {
             min_start,
             max_end,
             max_size,
-            tree: PlacedTree::new(iv, sorted_lists),
-            used: Vec::new(),
-            packed: Vec::new(),
-            max_chunk_size,
+            layout: Layout::new(iv, alignment.max(1), block_window),
         }
     }
 
@@ -255,149 +271,124 @@ impl<'a> Planner<'a> {
         &self.colo[self.colo_start[i] as usize..self.colo_start[i + 1] as usize]
     }
 
-    fn run(&mut self, strategy: Strategy) -> HeapPlan {
+    fn run(&self, strategy: Strategy) -> HeapPlan {
         let n = self.iv.len();
-        // GetSortedBufferIntervals + buffer_interval_compare_.
-        let mut order: Vec<u32> = (0..n as u32).filter(|&i| self.iv[i as usize].need_allocation).collect();
+        // GetSortedBufferIntervals + buffer_interval_compare_ (the keys gathered first: the
+        // sort then reads no interval).
         let iv = self.iv;
-        match strategy {
-            Strategy::Spatial => order.sort_unstable_by_key(|&i| {
-                let x = &iv[i as usize];
-                (-x.size, x.start - x.end, x.key, i)
-            }),
-            Strategy::Temporal => {
-                let (lo, hi) = (&self.min_start, &self.max_end);
-                order.sort_unstable_by_key(|&i| {
-                    let x = &iv[i as usize];
-                    (lo[i as usize] - hi[i as usize], -x.size, x.key, i)
-                })
+        let mut keyed: Vec<(i64, i64, u64, u32)> = (0..n)
+            .filter(|&i| iv[i].need_allocation)
+            .map(|i| {
+                let x = &iv[i];
+                match strategy {
+                    Strategy::Spatial => (-x.size, x.start - x.end, x.key, i as u32),
+                    Strategy::Temporal => (self.min_start[i] - self.max_end[i], -x.size, x.key, i as u32),
+                }
+            })
+            .collect();
+        keyed.sort_unstable();
+        // What each placement reads of its interval, in placement order.
+        let jobs: Vec<Job> = keyed
+            .iter()
+            .map(|&(_, _, _, i)| {
+                let i = i as usize;
+                Job {
+                    i: i as u32,
+                    size: iv[i].size,
+                    max_colocation_size: self.max_size[i],
+                    at: self.layout.at[i],
+                    colocated: self.colo_start[i] != self.colo_start[i + 1],
+                }
+            })
+            .collect();
+        drop(keyed);
+        if self.layout.compact_slots() {
+            if let Ok(plan) = self.place::<Compact>(strategy, &jobs) {
+                return plan;
             }
         }
-        self.tree.clear();
+        self.place::<Wide>(strategy, &jobs).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
+    }
+
+    /// Places the intervals of `jobs`, in order, with list entries of type `C`.
+    fn place<C: Chunk>(&self, strategy: Strategy, jobs: &[Job]) -> Result<HeapPlan, DoesNotFit> {
+        let n = self.iv.len();
+        let mut placed = Placed::<C>::new(&self.layout);
+        let mut scratch = Scratch::default();
         let mut offsets = vec![0i64; n];
         let mut chunk_sizes = vec![0i64; n];
+        // Only colocations can be placed twice (intervals not built by `HeapBuilder`).
+        let mut done = vec![false; if self.colo.is_empty() { 0 } else { n }];
         let mut heap_size = 0i64;
-        for &i in &order {
-            let i = i as usize;
-            let max_colocation_size = self.max_size[i];
-            let offset = self.find_chunk_candidate(i, max_colocation_size);
+        for (t, job) in jobs.iter().enumerate() {
+            // The lists the next placement reads, on their way into the cache while this one
+            // runs (most of the time goes to waiting for them otherwise).
+            if let Some(next) = jobs.get(t + 1) {
+                self.layout.prefetch(&placed, next.at);
+            }
+            let i = job.i as usize;
+            let max_colocation_size = job.max_colocation_size;
+            let offset = self.find_chunk_candidate(&placed, &mut scratch, job);
             // CommitChunkAndInterval: the chunk of the largest colocation, for all of them.
             heap_size = heap_size.max(offset + max_colocation_size);
-            offsets[i] = offset;
-            chunk_sizes[i] = max_colocation_size;
-            self.tree.add(i, offset, max_colocation_size);
-            let (a, b) = (self.colo_start[i] as usize, self.colo_start[i + 1] as usize);
-            for k in a..b {
-                let c = self.colo[k] as usize;
+            let colocations = if job.colocated { self.colocations(i) } else { &[] };
+            for c in std::iter::once(i).chain(colocations.iter().map(|&c| c as usize)) {
+                if !done.is_empty() {
+                    if done[c] {
+                        // Placed again: the new chunk replaces the old one, as in upstream's
+                        // tree node.
+                        self.layout.remove(&mut placed, c, offsets[c], offsets[c].saturating_add(chunk_sizes[c]));
+                    }
+                    done[c] = true;
+                }
                 offsets[c] = offset;
                 chunk_sizes[c] = max_colocation_size;
-                self.tree.add(c, offset, max_colocation_size);
+                let a = if c == i { job.at } else { self.layout.at[c] };
+                self.layout.add(&mut placed, a, offset, max_colocation_size)?;
             }
         }
-        HeapPlan { strategy, heap_size, offsets, chunk_sizes }
+        Ok(HeapPlan { strategy, heap_size, offsets, chunk_sizes })
     }
 
-    /// `MakeFreeChunksList` + `FindUnslicedChunkCandidates` (kBestFit, no preferred offset).
-    /// The free chunks are not collected: each is judged as the list would be walked (by
-    /// increasing offset, the open end last), keeping the first smallest that fits.
-    fn find_chunk_candidate(&mut self, i: usize, max_colocation_size: i64) -> i64 {
-        let size = self.iv[i].size;
-        // The used chunks by offset; equal offsets merge into one run whatever their order.
-        // Those of intervals live at the last checkpoint come sorted from its list; the rest
-        // (started since) are collected and sorted, as single words (offset above size) when
-        // both fit in 64 bits: about twice as fast as pairs.
-        let size_bits = 64 - self.max_chunk_size.leading_zeros();
-        let offset_bits = 64 - (self.tree.max_chunk_end as u64).leading_zeros();
-        let packable = size_bits + offset_bits <= 64 && size_bits < 64;
-        if self.tree.sorted_lists && self.colocations(i).is_empty() {
-            let (start, k, lo, hi) = self.tree.query_parts(i);
-            let listed = self.tree.live_at(k, start);
-            if packable {
-                let mut packed = std::mem::take(&mut self.packed);
-                packed.clear();
-                self.tree.slots_at(lo, hi, start, &mut |o: i64, s: i64| packed.push(((o as u64) << size_bits) | s as u64));
-                packed.sort_unstable();
-                let mask = (1u64 << size_bits) - 1;
-                let rest = packed.iter().map(|&k| ((k >> size_bits) as i64, (k & mask) as i64));
-                let offset = best_fit(MergeByOffset::new(listed, rest), size, max_colocation_size, self.alignment);
-                self.packed = packed;
-                return offset;
-            }
-            let mut used = std::mem::take(&mut self.used);
-            used.clear();
-            self.tree.slots_at(lo, hi, start, &mut |o: i64, s: i64| used.push((o, s)));
-            used.sort_unstable();
-            let offset = best_fit(MergeByOffset::new(listed, used.iter().copied()), size, max_colocation_size, self.alignment);
-            self.used = used;
-            return offset;
+    /// `MakeFreeChunksList` + `FindUnslicedChunkCandidates` (kBestFit, no preferred offset):
+    /// the used chunks of the placed intervals overlapping `i` (and its colocations) in time,
+    /// by offset, walked once; each free chunk is judged as found (by increasing offset, the
+    /// open end last), keeping the first smallest that fits.
+    fn find_chunk_candidate<C: Chunk>(&self, placed: &Placed<C>, scratch: &mut Scratch, job: &Job) -> i64 {
+        let (size, max_colocation_size) = (job.size, job.max_colocation_size);
+        if !job.colocated && size >= 1 && max_colocation_size >= size && self.alignment & (self.alignment - 1) == 0 {
+            // The common case: the chunks come sorted from the overlap structure.
+            let walk = FreeChunkWalk::new(size, max_colocation_size, self.alignment);
+            return self.layout.best_fit(placed, job.at, walk, scratch);
         }
-        if packable {
-            let mut packed = std::mem::take(&mut self.packed);
-            packed.clear();
-            let mut push = |o: i64, s: i64| packed.push(((o as u64) << size_bits) | s as u64);
-            self.tree.overlapping_interval(i, &mut push);
-            for &c in self.colocations(i) {
-                self.tree.overlapping_interval(c as usize, &mut push);
-            }
-            packed.sort_unstable();
-            let mask = (1u64 << size_bits) - 1;
-            let sorted = packed.iter().map(|&k| ((k >> size_bits) as i64, (k & mask) as i64));
-            let offset = best_fit(sorted, size, max_colocation_size, self.alignment);
-            self.packed = packed;
-            offset
-        } else {
-            let mut used = std::mem::take(&mut self.used);
-            used.clear();
-            let mut push = |o: i64, s: i64| used.push((o, s));
-            self.tree.overlapping_interval(i, &mut push);
-            for &c in self.colocations(i) {
-                self.tree.overlapping_interval(c as usize, &mut push);
-            }
-            used.sort_unstable();
-            let offset = best_fit(used.iter().copied(), size, max_colocation_size, self.alignment);
-            self.used = used;
-            offset
+        // Colocated intervals (XLA's in-place users), or sizes / alignments the walk's
+        // shortcuts don't cover: collect the chunks of every member's lifetime and sort them.
+        let buf = &mut scratch.buf;
+        buf.clear();
+        let mut push = |o: i64, e: i64| buf.push((o, e));
+        self.layout.overlapping(placed, job.at, &mut push);
+        for &c in self.colocations(job.i as usize) {
+            self.layout.overlapping(placed, self.layout.at[c as usize], &mut push);
         }
+        buf.sort_unstable();
+        best_fit(buf.iter().copied(), size, max_colocation_size, self.alignment)
     }
 }
 
-/// Two streams of (offset, size), each sorted by offset, as one sorted by offset (ties in
-/// either order: equal offsets merge into one run).
-struct MergeByOffset<A: Iterator<Item = (i64, i64)>, B: Iterator<Item = (i64, i64)>> {
-    a: std::iter::Peekable<A>,
-    b: std::iter::Peekable<B>,
-}
-
-impl<A: Iterator<Item = (i64, i64)>, B: Iterator<Item = (i64, i64)>> MergeByOffset<A, B> {
-    fn new(a: A, b: B) -> Self {
-        MergeByOffset { a: a.peekable(), b: b.peekable() }
-    }
-}
-
-impl<A: Iterator<Item = (i64, i64)>, B: Iterator<Item = (i64, i64)>> Iterator for MergeByOffset<A, B> {
-    type Item = (i64, i64);
-
-    #[inline]
-    fn next(&mut self) -> Option<(i64, i64)> {
-        match (self.a.peek(), self.b.peek()) {
-            (Some(x), Some(y)) => {
-                if x.0 <= y.0 {
-                    self.a.next()
-                } else {
-                    self.b.next()
-                }
-            }
-            (Some(_), None) => self.a.next(),
-            _ => self.b.next(),
-        }
-    }
+/// One placement's view of its interval (gathered in placement order).
+struct Job {
+    i: u32,
+    size: i64,
+    max_colocation_size: i64,
+    at: SlotInfo,
+    colocated: bool,
 }
 
 /// `MakeFreeChunksList` over the used chunks sorted by offset, each free chunk judged as the
 /// list would be walked (by increasing offset, the open end last) by
 /// `FindUnslicedChunkCandidates`' best fit: the first smallest that holds `max_colocation_size`
-/// at its aligned start. Chunks shorter than the buffer's own `size` are not listed.
-#[inline]
+/// at its aligned start. Chunks shorter than the buffer's own `size` are not listed. `used`
+/// yields (offset, end) pairs.
 fn best_fit(mut used: impl Iterator<Item = (i64, i64)>, size: i64, max_colocation_size: i64, alignment: i64) -> i64 {
     let mut best_offset = -1i64;
     let mut best_size = i64::MAX;
@@ -413,18 +404,18 @@ fn best_fit(mut used: impl Iterator<Item = (i64, i64)>, size: i64, max_colocatio
         }
     };
     let mut current_free_chunk_start = 0i64;
-    if let Some((o0, s0)) = used.next() {
-        let (mut current_offset, mut current_end) = (o0, o0 + s0);
-        for (o, s) in used {
+    if let Some((o0, e0)) = used.next() {
+        let (mut current_offset, mut current_end) = (o0, e0);
+        for (o, e) in used {
             if o < current_end {
-                current_end = current_end.max(o + s);
+                current_end = current_end.max(e);
             } else {
                 if current_offset - current_free_chunk_start >= size {
                     consider(current_free_chunk_start, current_offset);
                 }
                 current_free_chunk_start = current_free_chunk_start.max(align_up(current_end, alignment));
                 current_offset = o;
-                current_end = o + s;
+                current_end = e;
             }
         }
         if current_offset - current_free_chunk_start >= size {
@@ -434,6 +425,71 @@ fn best_fit(mut used: impl Iterator<Item = (i64, i64)>, size: i64, max_colocatio
     }
     consider(current_free_chunk_start, i64::MAX);
     best_offset
+}
+
+/// [`best_fit`] as a state machine fed one used chunk at a time, without branches on the
+/// data, for the common case: `size >= 1`, `max_colocation_size >= size` and a power-of-two
+/// alignment. It keeps only the highest end so far (`run_end`): a chunk starting at or above
+/// it starts a run, and the free chunk before that run is `[align(run_end), offset)` — what
+/// `best_fit` lists there (its free start is the aligned end of the run before, the highest
+/// end so far; at first 0), judged here as the run starts rather than as the next one does:
+/// the same free chunks in the same order. An entry `(-1, -1)` changes nothing, which is how
+/// chunks filtered out are skipped without a branch. Only two values carry from one chunk to
+/// the next (the highest end, and the best so far), so chunks follow each other faster than
+/// through `best_fit`'s run bookkeeping.
+#[derive(Clone, Copy)]
+struct FreeChunkWalk {
+    /// A free chunk must be this long to be listed and to fit (`max(size,
+    /// max_colocation_size)`).
+    need: i64,
+    /// `alignment - 1`.
+    mask: i64,
+    run_end: i64,
+    best_offset: i64,
+    best_size: i64,
+}
+
+impl FreeChunkWalk {
+    fn new(size: i64, max_colocation_size: i64, alignment: i64) -> Self {
+        debug_assert!(size >= 1 && max_colocation_size >= size && alignment >= 1 && alignment & (alignment - 1) == 0);
+        FreeChunkWalk { need: size.max(max_colocation_size), mask: alignment - 1, run_end: 0, best_offset: -1, best_size: i64::MAX }
+    }
+
+    #[inline(always)]
+    fn align(&self, x: i64) -> i64 {
+        (x + self.mask) & !self.mask
+    }
+
+    /// The next used chunk `[offset, end)` by offset.
+    #[inline(always)]
+    fn step(&mut self, offset: i64, end: i64) {
+        // The free chunk [start, offset) before a run starting here: listed when at least
+        // `size` long, fits `max_colocation_size` from its (aligned) start, and is kept when
+        // shorter than the best so far (the first of equal ones wins).
+        let start = self.align(self.run_end);
+        let length = offset - start;
+        let take = (offset >= self.run_end) & (length >= self.need) & (length < self.best_size);
+        self.best_size = select_unpredictable(take, length, self.best_size);
+        self.best_offset = select_unpredictable(take, start, self.best_offset);
+        self.run_end = self.run_end.max(end);
+    }
+
+    /// [`Self::step`] if `keep`, else nothing.
+    #[inline(always)]
+    fn step_if(&mut self, keep: bool, offset: i64, end: i64) {
+        self.step(select_unpredictable(keep, offset, -1), select_unpredictable(keep, end, -1));
+    }
+
+    /// The offset chosen, once every used chunk has been stepped: the open end last.
+    fn finish(self) -> i64 {
+        let start = self.align(self.run_end);
+        let length = i64::MAX - start;
+        if i64::MAX - self.need >= start && (self.best_offset < 0 || length < self.best_size) {
+            start
+        } else {
+            self.best_offset
+        }
+    }
 }
 
 /// `ComputeAlignedChunkEnd` (alignment 1: unchanged).
@@ -449,241 +505,468 @@ fn align_up(x: i64, a: i64) -> i64 {
     }
 }
 
-/// The placed chunks, queried by time overlap (`BufferIntervalTree`): all intervals sorted by
-/// start into slots; each slot holds its end once placed (-1 before) and its chunk.
-///
-/// Every `stride` slots a checkpoint lists the earlier slots whose interval is still live at
-/// the last start before it. A query `[start, end]` takes the last checkpoint at or before
-/// `start`: the intervals overlapping it are that checkpoint's live ones that end at or after
-/// `start`, and the slots from the checkpoint up to the last starting at or before `end`.
-/// So a query reads about (intervals live at `start`) + `stride` + (intervals starting during
-/// it) contiguous entries, and only placed ones are reported. The stride grows until the lists
-/// hold at most about eight times as many entries as there are intervals (a trace where everything
-/// lives long gets few checkpoints).
-struct PlacedTree {
-    /// Interval index → slot.
-    slot_of: Vec<u32>,
-    /// Slot → start of its interval (sorted).
-    starts: Vec<i64>,
-    /// Slot → end of its interval.
-    ends: Vec<i64>,
-    /// Slot → the number of slots starting at or before its end (a query's upper bound,
-    /// found once rather than by a binary search per query).
-    upto_end: Vec<u32>,
-    /// Slot → end if placed (else -1) and chunk: one cache line read per candidate.
-    placed: Vec<PlacedSlot>,
-    /// Highest end of a placed chunk (bounds the offsets a query returns).
-    max_chunk_end: i64,
-    stride: usize,
-    /// Checkpoint k (at slot k * stride) can list the slots before it whose end is at or after
-    /// the start of slot k * stride - 1: room for them at `live[live_start[k]..live_start[k +
-    /// 1]]`. The first `live_len[k]` entries are those placed so far, by chunk offset
-    /// (`live_off`: their offsets, for the binary search of an insertion).
-    live_start: Vec<u32>,
-    /// False: each list holds all its members from the start, in slot order.
-    sorted_lists: bool,
-    live_len: Vec<u32>,
-    live: Vec<u32>,
-    live_off: Vec<i64>,
+/// A placed chunk as a list of the overlap structure keeps it: `[offset, end)` and the two
+/// slot numbers its time filter compares, relative to the list's first slot (see
+/// [`Layout`]). Two encodings: [`Compact`] (12 bytes: the lists are read from memory on every
+/// placement, so their size is most of the time) when the chunks fit it, else [`Wide`].
+trait Chunk: Copy + Default + Send {
+    /// None when the values don't fit.
+    fn pack(offset: i64, end: i64, rel_slot: u32, rel_upto: u32, shift: u32) -> Option<Self>;
+    fn offset(self, shift: u32) -> i64;
+    fn end(self, shift: u32) -> i64;
+    fn rel_slot(self) -> u32;
+    fn rel_upto(self) -> u32;
 }
 
-/// Mean entries per checkpoint list above which the lists are kept sorted by offset.
-const SORTED_LISTS_FROM: usize = 512;
+/// Offsets and ends in units of `1 << shift` bytes (a power of two dividing the alignment
+/// and every size, so every offset and end) below 2^32, relative slots below 2^16.
+#[derive(Debug, Clone, Copy, Default)]
+struct Compact {
+    offset: u32,
+    end: u32,
+    rel_slot: u16,
+    rel_upto: u16,
+}
 
-#[derive(Debug, Clone, Copy)]
-struct PlacedSlot {
-    /// The interval's end once placed, -1 before.
-    end: i64,
+impl Chunk for Compact {
+    #[inline(always)]
+    fn pack(offset: i64, end: i64, rel_slot: u32, rel_upto: u32, shift: u32) -> Option<Self> {
+        let unit = |x: i64| u32::try_from(x >> shift).ok().filter(|&u| (u as i64) << shift == x);
+        Some(Compact {
+            offset: unit(offset)?,
+            end: unit(end)?,
+            rel_slot: u16::try_from(rel_slot).ok()?,
+            rel_upto: u16::try_from(rel_upto).ok()?,
+        })
+    }
+    #[inline(always)]
+    fn offset(self, shift: u32) -> i64 {
+        (self.offset as i64) << shift
+    }
+    #[inline(always)]
+    fn end(self, shift: u32) -> i64 {
+        (self.end as i64) << shift
+    }
+    #[inline(always)]
+    fn rel_slot(self) -> u32 {
+        self.rel_slot as u32
+    }
+    #[inline(always)]
+    fn rel_upto(self) -> u32 {
+        self.rel_upto as u32
+    }
+}
+
+/// Any chunk (24 bytes).
+#[derive(Debug, Clone, Copy, Default)]
+struct Wide {
     offset: i64,
-    size: i64,
+    end: i64,
+    rel_slot: u32,
+    rel_upto: u32,
 }
 
-impl PlacedSlot {
-    const EMPTY: PlacedSlot = PlacedSlot { end: -1, offset: 0, size: 0 };
+impl Chunk for Wide {
+    #[inline(always)]
+    fn pack(offset: i64, end: i64, rel_slot: u32, rel_upto: u32, _shift: u32) -> Option<Self> {
+        Some(Wide { offset, end, rel_slot, rel_upto })
+    }
+    #[inline(always)]
+    fn offset(self, _shift: u32) -> i64 {
+        self.offset
+    }
+    #[inline(always)]
+    fn end(self, _shift: u32) -> i64 {
+        self.end
+    }
+    #[inline(always)]
+    fn rel_slot(self) -> u32 {
+        self.rel_slot
+    }
+    #[inline(always)]
+    fn rel_upto(self) -> u32 {
+        self.rel_upto
+    }
 }
 
-impl PlacedTree {
-    fn new(iv: &[BufferInterval], sorted_lists: Option<bool>) -> Self {
+/// Per interval: its slot, `lo` (the first slot starting where it starts) and `upto` (the
+/// slots starting at or before its end). Interval `j` overlaps interval `i` in time
+/// (`ApplyToNodesOverlappingInTime`, inclusive ends) iff `slot_j < upto_i` and
+/// `upto_j > lo_i`: the first says `start_j <= end_i`, the second `end_j >= start_i`.
+#[derive(Debug, Clone, Copy)]
+struct SlotInfo {
+    slot: u32,
+    lo: u32,
+    upto: u32,
+}
+
+/// The placed chunks by time overlap (`BufferIntervalTree`), kept sorted by offset so that a
+/// query reads them in the order `MakeFreeChunksList` walks them — no sort per placement.
+///
+/// Intervals are ranked by start into slots. Every `block` slots a window list k (at slot
+/// p = k * block) holds, by offset, the placed intervals that are live at the start of slot p
+/// and began before it, plus those of slots p .. p + `window`. Interval i's overlap query —
+/// the intervals live at its start plus those starting before its end — is then list
+/// k = lo_i / block filtered by the two slot comparisons of [`SlotInfo`], and, when i ends
+/// beyond the window, the block lists (each block's slots alone, by offset) after it, merged
+/// in. A list stores slots relative to its first slot, clamped where the comparisons no
+/// longer change (a slot before p: 0; an `upto` past p + block: block), which keeps them
+/// small. Placing an interval inserts it into the window lists it belongs to (those of the
+/// `window / block` checkpoints before it and of every checkpoint it is live at) and into its
+/// block's list. `block` doubles until the window lists hold at most
+/// [`MAX_ENTRIES_PER_INTERVAL`] entries per interval (a trace where much lives long gets
+/// fewer, longer lists).
+struct Layout {
+    block: usize,
+    window: usize,
+    at: Vec<SlotInfo>,
+    /// Window list k may hold `entries[list_start[k]..list_start[k + 1]]` (its members, once
+    /// all placed).
+    list_start: Vec<usize>,
+    /// Offsets and sizes are multiples of `1 << shift` ([`Compact`]'s unit).
+    shift: u32,
+}
+
+/// The slots of a checkpoint's block, and how many blocks its window spans (measured on the
+/// offline_plan bench: smaller blocks and longer windows put each interval in more lists).
+const BLOCK: usize = 512;
+const WINDOW_BLOCKS: usize = 1;
+/// Bound on the window lists' entries, per interval (plus a constant).
+const MAX_ENTRIES_PER_INTERVAL: usize = 8;
+
+/// The mutable half of the overlap structure: what one order has placed.
+struct Placed<C> {
+    entries: Vec<C>,
+    list_len: Vec<u32>,
+    /// Block b's list: `blocks[b * block..b * block + block_len[b]]`.
+    blocks: Vec<C>,
+    block_len: Vec<u32>,
+}
+
+impl<C: Chunk> Placed<C> {
+    fn new(layout: &Layout) -> Self {
+        let lists = layout.list_start.len() - 1;
+        let n = layout.at.len();
+        Placed {
+            entries: vec![C::default(); layout.list_start[lists]],
+            list_len: vec![0; lists],
+            blocks: vec![C::default(); n],
+            block_len: vec![0; n.div_ceil(layout.block).max(1)],
+        }
+    }
+}
+
+/// A chunk that did not fit [`Compact`].
+struct DoesNotFit;
+
+impl Layout {
+    fn new(iv: &[BufferInterval], alignment: i64, block_window: Option<(usize, usize)>) -> Self {
         let n = iv.len();
         let mut by_start: Vec<u32> = (0..n as u32).collect();
         by_start.sort_unstable_by_key(|&i| iv[i as usize].start);
-        let mut slot_of = vec![0u32; n];
-        let mut starts = Vec::with_capacity(n);
-        let mut ends = Vec::with_capacity(n);
+        let starts: Vec<i64> = by_start.iter().map(|&i| iv[i as usize].start).collect();
+        let mut at = vec![SlotInfo { slot: 0, lo: 0, upto: 0 }; n];
+        let mut lo = 0usize;
         for (slot, &i) in by_start.iter().enumerate() {
-            slot_of[i as usize] = slot as u32;
-            starts.push(iv[i as usize].start);
-            ends.push(iv[i as usize].end);
-        }
-        // Checkpoint k >= 1 at slot p = k * stride holds the slots j < p with ends[j] >=
-        // starts[p - 1]: p minus the intervals ending before starts[p - 1] (all of which start
-        // before it too).
-        let mut sorted_ends = ends.clone();
-        sorted_ends.sort_unstable();
-        let mut by_end: Vec<u32> = (0..n as u32).collect();
-        by_end.sort_unstable_by_key(|&j| ends[j as usize]);
-        let mut upto_end = vec![0u32; n];
-        let mut hi = 0usize;
-        for &j in &by_end {
-            while hi < n && starts[hi] <= ends[j as usize] {
-                hi += 1;
+            if starts[slot] != starts[lo] {
+                lo = slot;
             }
-            upto_end[j as usize] = hi as u32;
+            let upto = starts.partition_point(|&s| s <= iv[i as usize].end).max(slot + 1);
+            at[i as usize] = SlotInfo { slot: slot as u32, lo: lo as u32, upto: upto as u32 };
         }
-        let list_len = |p: usize| p.saturating_sub(sorted_ends.partition_point(|&e| e < starts[p - 1]));
-        let pick_stride = |min: usize| {
-            let mut stride = min;
-            let sum = |stride: usize| (1..=(n.max(1) - 1) / stride).map(|k| list_len(k * stride)).sum::<usize>();
-            let mut total = sum(stride);
-            while stride < n && total > 8 * n + 1024 {
-                stride *= 2;
-                total = sum(stride);
+        let shift = iv.iter().map(|x| x.size.trailing_zeros()).fold(alignment.trailing_zeros(), u32::min).min(62);
+        let (mut block, mut window) = block_window.unwrap_or((BLOCK, BLOCK * WINDOW_BLOCKS));
+        // A window of whole blocks, at least one: the blocks a query reads after it then
+        // start past its own block and hold none of the window's slots.
+        block = block.max(1);
+        window = window.div_ceil(block).max(1) * block;
+        let mut layout = Layout { block, window, at, list_start: Vec::new(), shift };
+        loop {
+            let total: usize = layout.at.iter().map(|a| layout.lists_of(a.slot, a.upto).count()).sum();
+            if block_window.is_some() || total <= MAX_ENTRIES_PER_INTERVAL * n + 65_536 || block >= n {
+                break;
             }
-            (stride, total)
+            layout.block *= 2;
+            layout.window *= 2;
+        }
+        let lists = layout.lists();
+        let mut list_start = vec![0usize; lists + 1];
+        for a in &layout.at {
+            for k in layout.lists_of(a.slot, a.upto) {
+                list_start[k + 1] += 1;
+            }
+        }
+        for k in 0..lists {
+            list_start[k + 1] += list_start[k];
+        }
+        layout.list_start = list_start;
+        layout
+    }
+
+    /// Whether [`Compact`] can hold the relative slots (its offsets are checked as placed).
+    fn compact_slots(&self) -> bool {
+        self.window <= u16::MAX as usize
+    }
+
+    fn lists(&self) -> usize {
+        self.at.len().div_ceil(self.block).max(1)
+    }
+
+    /// The window lists a slot belongs to: checkpoints p = k * block with p <= slot < p +
+    /// window, and those after it while it is live at their start (p < upto).
+    #[inline]
+    fn lists_of(&self, slot: u32, upto: u32) -> std::ops::RangeInclusive<usize> {
+        let slot = slot as usize;
+        let first = if slot >= self.window { (slot - self.window) / self.block + 1 } else { 0 };
+        let last = ((upto as usize - 1) / self.block).min(self.lists() - 1);
+        first..=last
+    }
+
+    /// Interval `a` as list entry relative to slot `p`, a list's first.
+    #[inline]
+    fn entry<C: Chunk>(&self, a: SlotInfo, p: usize, offset: i64, end: i64) -> Result<C, DoesNotFit> {
+        let rel_slot = (a.slot as usize).saturating_sub(p) as u32;
+        let rel_upto = (a.upto as usize - p).min(self.block) as u32;
+        C::pack(offset, end, rel_slot, rel_upto, self.shift).ok_or(DoesNotFit)
+    }
+
+    /// Records the interval at `a` placed at `[offset, offset + size)`.
+    fn add<C: Chunk>(&self, placed: &mut Placed<C>, a: SlotInfo, offset: i64, size: i64) -> Result<(), DoesNotFit> {
+        let end = offset.saturating_add(size);
+        for k in self.lists_of(a.slot, a.upto) {
+            let start = self.list_start[k];
+            let len = placed.list_len[k] as usize;
+            insert_by_offset(&mut placed.entries[start..start + len + 1], self.entry(a, k * self.block, offset, end)?, self.shift);
+            placed.list_len[k] += 1;
+        }
+        let b = a.slot as usize / self.block;
+        let start = b * self.block;
+        let len = placed.block_len[b] as usize;
+        insert_by_offset(&mut placed.blocks[start..start + len + 1], self.entry(a, start, offset, end)?, self.shift);
+        placed.block_len[b] += 1;
+        Ok(())
+    }
+
+    /// Undoes [`Self::add`] of interval `i` at `[offset, end)` (an entry equal to its in every
+    /// field is dropped from each list: equal entries are interchangeable).
+    fn remove<C: Chunk>(&self, placed: &mut Placed<C>, i: usize, offset: i64, end: i64) {
+        let a = self.at[i];
+        let s = self.shift;
+        let drop_from = |list: &mut [C], len: &mut u32, p: usize| {
+            let Ok(want) = self.entry::<C>(a, p, offset, end) else { return };
+            let same = |e: &C| {
+                e.offset(s) == want.offset(s)
+                    && e.end(s) == want.end(s)
+                    && e.rel_slot() == want.rel_slot()
+                    && e.rel_upto() == want.rel_upto()
+            };
+            if let Some(at) = list[..*len as usize].iter().position(same) {
+                list.copy_within(at + 1..*len as usize, at);
+                *len -= 1;
+            }
         };
-        let (mut stride, total) = pick_stride(32);
-        // Many intervals live at each checkpoint (gpt2_train: ~640 on average, its weights and
-        // optimizer state): keep the lists sorted by offset as intervals are placed, sparing
-        // each query a sort of all of them. Few (the offline_plan bench: ~256): static lists,
-        // sorted per query, cost less than the insertions.
-        let sorted_lists = sorted_lists.unwrap_or(total > SORTED_LISTS_FROM * (n / stride).max(1));
-        if sorted_lists {
-            stride = pick_stride(128).0;
+        for k in self.lists_of(a.slot, a.upto) {
+            drop_from(&mut placed.entries[self.list_start[k]..self.list_start[k + 1]], &mut placed.list_len[k], k * self.block);
         }
-        let checkpoints = if n == 0 { 1 } else { (n - 1) / stride + 1 };
-        // Slot j belongs to checkpoints k > j / stride while starts[k * stride - 1] <= ends[j]:
-        // counted, then filled.
-        let (st, en) = (&starts, &ends);
-        let member_of = |j: usize| (j / stride + 1..checkpoints).take_while(move |&k| st[k * stride - 1] <= en[j]);
-        let mut live_start = vec![0u32; checkpoints + 1];
-        for j in 0..n {
-            for k in member_of(j) {
-                live_start[k + 1] += 1;
+        let b = a.slot as usize / self.block;
+        let stop = ((b + 1) * self.block).min(placed.blocks.len());
+        drop_from(&mut placed.blocks[b * self.block..stop], &mut placed.block_len[b], b * self.block);
+    }
+
+    /// Interval `i`'s query: the window list it reads, its filter (relative to the list's
+    /// first slot: keep `rel_slot < hi && rel_upto > lo`), and the blocks after that window up
+    /// to its end (`b0..b1`; empty when the window covers it).
+    #[inline]
+    fn query(&self, a: SlotInfo) -> (usize, u32, u32, std::ops::Range<usize>, u32) {
+        let k = a.lo as usize / self.block;
+        let p = k * self.block;
+        let covered = p + self.window;
+        let blocks = if (a.upto as usize) > covered { covered / self.block..(a.upto as usize - 1) / self.block + 1 } else { 0..0 };
+        let hi = (a.upto as usize - p).min(self.window) as u32;
+        (k, hi, (a.lo as usize - p) as u32, blocks, a.upto)
+    }
+
+    /// Asks the cache for what placing the interval at `a` will read: its query's lists and
+    /// those it will be inserted into.
+    #[inline]
+    fn prefetch<C: Chunk>(&self, placed: &Placed<C>, a: SlotInfo) {
+        let (k, _, _, blocks, upto) = self.query(a);
+        prefetch(self.list(placed, k));
+        for b in blocks.take(2) {
+            prefetch(self.block_list(placed, b, upto).0);
+        }
+        for k in self.lists_of(a.slot, a.upto).filter(|&j| j != k).take(2) {
+            prefetch(self.list(placed, k));
+        }
+        prefetch(self.block_list(placed, a.slot as usize / self.block, upto).0);
+    }
+
+    #[inline]
+    fn list<'p, C: Chunk>(&self, placed: &'p Placed<C>, k: usize) -> &'p [C] {
+        let start = self.list_start[k];
+        &placed.entries[start..start + placed.list_len[k] as usize]
+    }
+
+    /// Block `b`'s list, and the relative slot a query ending before `upto` keeps below.
+    #[inline]
+    fn block_list<'p, C: Chunk>(&self, placed: &'p Placed<C>, b: usize, upto: u32) -> (&'p [C], u32) {
+        let start = b * self.block;
+        (&placed.blocks[start..start + placed.block_len[b] as usize], (upto as usize - start).min(self.block) as u32)
+    }
+
+    /// The placed chunks `(offset, end)` overlapping the interval at `a` in time, in no set
+    /// order.
+    fn overlapping<C: Chunk>(&self, placed: &Placed<C>, a: SlotInfo, out: &mut impl FnMut(i64, i64)) {
+        let (k, hi, lo, blocks, upto) = self.query(a);
+        let s = self.shift;
+        for e in self.list(placed, k) {
+            if e.rel_slot() < hi && e.rel_upto() > lo {
+                out(e.offset(s), e.end(s));
             }
         }
-        for k in 0..checkpoints {
-            live_start[k + 1] += live_start[k];
-        }
-        let total = live_start[checkpoints] as usize;
-        let mut live = vec![0u32; total];
-        let mut live_len = vec![0u32; checkpoints];
-        if !sorted_lists {
-            // Every member listed once and for all; unplaced ones fail the `end >= start` test.
-            for j in 0..n {
-                for k in member_of(j) {
-                    live[(live_start[k] + live_len[k]) as usize] = j as u32;
-                    live_len[k] += 1;
+        for b in blocks {
+            let (list, hi) = self.block_list(placed, b, upto);
+            for e in list {
+                if e.rel_slot() < hi {
+                    out(e.offset(s), e.end(s));
                 }
             }
         }
-        PlacedTree {
-            slot_of,
-            starts,
-            ends,
-            upto_end,
-            placed: vec![PlacedSlot::EMPTY; n],
-            max_chunk_end: 0,
-            stride,
-            live_start,
-            sorted_lists,
-            live_len,
-            live,
-            live_off: if sorted_lists { vec![0; total] } else { Vec::new() },
-        }
     }
 
-    fn clear(&mut self) {
-        self.placed.iter_mut().for_each(|p| *p = PlacedSlot::EMPTY);
-        if self.sorted_lists {
-            self.live_len.iter_mut().for_each(|l| *l = 0);
-        }
-        self.max_chunk_end = 0;
-    }
-
-    fn add(&mut self, interval: usize, offset: i64, size: i64) {
-        let slot = self.slot_of[interval] as usize;
-        self.placed[slot] = PlacedSlot { end: self.ends[slot], offset, size };
-        self.max_chunk_end = self.max_chunk_end.max(offset.saturating_add(size));
-        if !self.sorted_lists {
-            return;
-        }
-        // Into the lists of the checkpoints it is live at, by offset.
-        let checkpoints = self.live_len.len();
-        let mut k = slot / self.stride + 1;
-        while k < checkpoints && self.starts[k * self.stride - 1] <= self.ends[slot] {
-            let a = self.live_start[k] as usize;
-            let len = self.live_len[k] as usize;
-            let at = a + self.live_off[a..a + len].partition_point(|&o| o < offset);
-            self.live.copy_within(at..a + len, at + 1);
-            self.live_off.copy_within(at..a + len, at + 1);
-            self.live[at] = slot as u32;
-            self.live_off[at] = offset;
-            self.live_len[k] += 1;
-            k += 1;
-        }
-    }
-
-    /// The parts of an interval's overlap query: the checkpoint whose placed list holds the
-    /// earlier slots still live (filter on `end >= start`), and the slots `lo..hi` after it.
+    /// [`Self::overlapping`] by offset, into `walk`; the offset it picks.
     #[inline]
-    fn query_parts(&self, interval: usize) -> (i64, usize, usize, usize) {
-        let slot = self.slot_of[interval] as usize;
-        let (start, at, hi) = (self.starts[slot], slot + 1, self.upto_end[slot] as usize);
-        let k = (at / self.stride).min(self.live_len.len() - 1);
-        (start, k, (k * self.stride).min(hi), hi)
-    }
-
-    /// The placed chunks in checkpoint `k`'s list that are live at or after `start`, by offset.
-    #[inline]
-    fn live_at(&self, k: usize, start: i64) -> impl Iterator<Item = (i64, i64)> + '_ {
-        let a = self.live_start[k] as usize;
-        self.live[a..a + self.live_len[k] as usize].iter().filter_map(move |&j| {
-            let p = &self.placed[j as usize];
-            (p.end >= start).then_some((p.offset, p.size))
-        })
-    }
-
-    /// The placed chunks of slots `lo..hi` live at or after `start`.
-    #[inline]
-    fn slots_at(&self, lo: usize, hi: usize, start: i64, out: &mut impl FnMut(i64, i64)) {
-        for p in &self.placed[lo..hi] {
-            if p.end >= start {
-                out(p.offset, p.size);
+    fn best_fit<C: Chunk>(&self, placed: &Placed<C>, a: SlotInfo, mut walk: FreeChunkWalk, scratch: &mut Scratch) -> i64 {
+        let (k, hi, lo, blocks, upto) = self.query(a);
+        let s = self.shift;
+        let list = self.list(placed, k);
+        if blocks.is_empty() {
+            for &e in list {
+                walk.step_if((e.rel_slot() < hi) & (e.rel_upto() > lo), e.offset(s), e.end(s));
             }
+            return walk.finish();
+        }
+        // Ends beyond the window: the window list's chunks kept and each block's, as sorted
+        // runs in one buffer, merged pairwise until two are left, which the walk merges.
+        // Without branches on the data: every entry is written, the length advances by
+        // whether it is kept; a merge takes the smaller head and advances that side.
+        let Scratch { buf, tmp, bounds, next_bounds } = scratch;
+        buf.clear();
+        bounds.clear();
+        bounds.push(0);
+        push_run(buf, bounds, list, s, |e| (e.rel_slot() < hi) & (e.rel_upto() > lo));
+        for b in blocks {
+            let (list, hi) = self.block_list(placed, b, upto);
+            push_run(buf, bounds, list, s, |e| e.rel_slot() < hi);
+        }
+        while bounds.len() > 3 {
+            // Same length as `buf`, its contents all overwritten (resized only to grow).
+            if tmp.len() < buf.len() {
+                tmp.resize(buf.len(), (0, 0));
+            }
+            tmp.truncate(buf.len());
+            next_bounds.clear();
+            next_bounds.push(0);
+            for pair in bounds.windows(3).step_by(2) {
+                merge_into(&buf[pair[0]..pair[1]], &buf[pair[1]..pair[2]], &mut tmp[pair[0]..pair[2]]);
+                next_bounds.push(pair[2]);
+            }
+            if bounds.len() % 2 == 0 {
+                // An odd run out: copied as it is.
+                let (a, b) = (bounds[bounds.len() - 2], bounds[bounds.len() - 1]);
+                tmp[a..b].copy_from_slice(&buf[a..b]);
+                next_bounds.push(b);
+            }
+            std::mem::swap(buf, tmp);
+            std::mem::swap(bounds, next_bounds);
+        }
+        let middle = if bounds.len() == 3 { bounds[1] } else { buf.len() };
+        let (ours, theirs) = buf.split_at(middle);
+        let (mut x, mut y) = (0, 0);
+        while x < ours.len() && y < theirs.len() {
+            let (p, q) = (ours[x], theirs[y]);
+            let first = p.0 <= q.0;
+            let (o, e) = select_unpredictable(first, p, q);
+            walk.step(o, e);
+            x += first as usize;
+            y += !first as usize;
+        }
+        for &(o, e) in ours[x..].iter().chain(&theirs[y..]) {
+            walk.step(o, e);
+        }
+        walk.finish()
+    }
+}
+
+/// Reused buffers of the queries that merge several lists.
+#[derive(Default)]
+struct Scratch {
+    buf: Vec<(i64, i64)>,
+    tmp: Vec<(i64, i64)>,
+    /// Where each sorted run of `buf` starts (and the last ends).
+    bounds: Vec<usize>,
+    next_bounds: Vec<usize>,
+}
+
+/// Appends the chunks of `list` that `keep` keeps to `buf` as one run.
+#[inline]
+fn push_run<C: Chunk>(buf: &mut Vec<(i64, i64)>, bounds: &mut Vec<usize>, list: &[C], shift: u32, keep: impl Fn(C) -> bool) {
+    let at = buf.len();
+    buf.resize(at + list.len() + 1, (0, 0));
+    let mut end = at;
+    for &e in list {
+        buf[end] = (e.offset(shift), e.end(shift));
+        end += keep(e) as usize;
+    }
+    buf.truncate(end);
+    if end > at {
+        bounds.push(end);
+    }
+}
+
+/// `a` and `b` (sorted by offset) merged into `out` (as long as both), without branches on
+/// the data.
+#[inline]
+fn merge_into(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut [(i64, i64)]) {
+    let (mut x, mut y) = (0, 0);
+    while x < a.len() && y < b.len() {
+        let (p, q) = (a[x], b[y]);
+        let first = p.0 <= q.0;
+        out[x + y] = select_unpredictable(first, p, q);
+        x += first as usize;
+        y += !first as usize;
+    }
+    let at = x + y;
+    let rest = if x < a.len() { &a[x..] } else { &b[y..] };
+    out[at..at + rest.len()].copy_from_slice(rest);
+}
+
+/// Prefetches the cache lines of `s` (a hint: nothing on other targets).
+#[inline(always)]
+fn prefetch<T>(s: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let p = s.as_ptr() as *const i8;
+        for offset in (0..std::mem::size_of_val(s)).step_by(64) {
+            // SAFETY: SSE is part of x86_64; a prefetch reads nothing (and `p + offset` lies
+            // within `s`).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(offset)) };
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = s;
+}
 
-    /// The chunks of placed intervals with `start' <= end && end' >= start`
-    /// (`ApplyToNodesOverlappingInTime`, inclusive ends).
-    #[cfg(test)]
-    fn overlapping(&self, start: i64, end: i64, out: &mut Vec<(i64, i64)>) {
-        // Slots [0, hi) have start' <= end; [0, at) have start' <= start.
-        let hi = self.starts.partition_point(|&s| s <= end);
-        let at = self.starts[..hi].partition_point(|&s| s <= start);
-        self.overlapping_slots(start, at, hi, &mut |o, s| out.push((o, s)));
-    }
-
-    /// [`Self::overlapping`] of an interval's own lifetime. The slots up to and including its
-    /// own start at or before its start (all of them when starts are distinct, as the
-    /// builder's are; any fewer only means a longer scan).
-    #[inline]
-    fn overlapping_interval(&self, interval: usize, out: &mut impl FnMut(i64, i64)) {
-        let slot = self.slot_of[interval] as usize;
-        self.overlapping_slots(self.starts[slot], slot + 1, self.upto_end[slot] as usize, out);
-    }
-
-    /// Slots [0, hi) start at or before the query's end, [0, at) at or before its `start`
-    /// (or `at` lower: then more slots are scanned).
-    #[inline]
-    fn overlapping_slots(&self, start: i64, at: usize, hi: usize, out: &mut impl FnMut(i64, i64)) {
-        // The last checkpoint p = k * stride <= at: starts[p - 1] <= start, so every slot
-        // before p still live at `start` is in its list.
-        let k = (at / self.stride).min(self.live_len.len() - 1);
-        for (o, s) in self.live_at(k, start) {
-            out(o, s);
-        }
-        self.slots_at((k * self.stride).min(hi), hi, start, out);
-    }
+/// Inserts `e` into `list` (sorted by offset but for its last, unused element), after the
+/// entries with a smaller offset: found from the end, whose entries are moved anyway.
+#[inline]
+fn insert_by_offset<C: Chunk>(list: &mut [C], e: C, shift: u32) {
+    let len = list.len() - 1;
+    let offset = e.offset(shift);
+    let at = list[..len].iter().rposition(|x| x.offset(shift) < offset).map_or(0, |p| p + 1);
+    list.copy_within(at..len, at + 1);
+    list[at] = e;
 }
 
 #[cfg(test)]
@@ -720,16 +1003,18 @@ mod tests {
         // A @0 size 100, B @300 size 100, C @1000 size 100 → free [100,300) (200 bytes),
         // [400,1000) (600 bytes), [1100, inf). A 150-byte buffer takes the 200-byte gap.
         let ivs = [iv(0, 100, 0, 9), iv(1, 100, 0, 9), iv(2, 100, 0, 9), iv(3, 150, 5, 6)];
-        let mut planner = Planner::new(&ivs, 1);
-        planner.tree.clear();
-        planner.tree.add(0, 0, 100);
-        planner.tree.add(1, 300, 100);
-        planner.tree.add(2, 1000, 100);
-        assert_eq!(planner.find_chunk_candidate(3, 150), 100);
+        let planner = Planner::new(&ivs, 1);
+        let (layout, mut placed) = (&planner.layout, Placed::<Wide>::new(&planner.layout));
+        for (i, offset) in [(0, 0), (1, 300), (2, 1000)] {
+            assert!(layout.add(&mut placed, layout.at[i], offset, 100).is_ok());
+        }
+        let mut scratch = Scratch::default();
+        let job = |max_colocation_size| Job { i: 3, size: 150, max_colocation_size, at: layout.at[3], colocated: false };
+        assert_eq!(planner.find_chunk_candidate(&placed, &mut scratch, &job(150)), 100);
         // 250 bytes: [100,300) too small → [400,1000).
-        assert_eq!(planner.find_chunk_candidate(3, 250), 400);
+        assert_eq!(planner.find_chunk_candidate(&placed, &mut scratch, &job(250)), 400);
         // 700 bytes: only the open end.
-        assert_eq!(planner.find_chunk_candidate(3, 700), 1100);
+        assert_eq!(planner.find_chunk_candidate(&placed, &mut scratch, &job(700)), 1100);
     }
 
     #[test]
@@ -781,6 +1066,30 @@ mod tests {
     }
 
     #[test]
+    fn two_threads_give_what_one_gives() {
+        // Enough intervals for `plan` to run kTemporal on a thread of its own.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut b = HeapBuilder::default();
+        let mut live: Vec<(u32, i64)> = Vec::new();
+        for h in 0..PARALLEL_FROM as u32 + 100 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let size = 256 * (1 + (x % 4096) as i64);
+            b.alloc(h, h as u64, size);
+            live.push((h, size));
+            if live.len() > 64 {
+                let (f, fs) = live.swap_remove((x >> 20) as usize % live.len());
+                b.free(f, fs);
+            }
+        }
+        b.free_all_open();
+        let (s, t) = (plan_with(&b.intervals, 256, Strategy::Spatial), plan_with(&b.intervals, 256, Strategy::Temporal));
+        let want = if t.heap_size < s.heap_size { t } else { s };
+        assert_eq!(plan(&b.intervals, 256), want);
+    }
+
+    #[test]
     fn zero_sized_buffers_take_no_space() {
         let mut b = HeapBuilder::default();
         b.alloc(0, 0, 0);
@@ -792,22 +1101,103 @@ mod tests {
         assert_eq!(plan(&b.intervals, 256).heap_size, 16);
     }
 
+    fn query<C: Chunk>(layout: &Layout, placed: &Placed<C>, i: usize) -> Vec<(i64, i64)> {
+        let mut out = vec![];
+        layout.overlapping(placed, layout.at[i], &mut |o, e| out.push((o, e)));
+        out.sort();
+        out
+    }
+
+    fn overlap_query_cases<C: Chunk>() {
+        // 0 [0,4] @10 and 1 [5,9] @20 placed; 2 [4,5] touches both ends; 3 [0,0] only 0;
+        // 4 [10,12] none; 5 [2,3] (unplaced) is not reported to 3.
+        let ivs = [iv(0, 1, 0, 4), iv(1, 1, 5, 9), iv(2, 1, 4, 5), iv(3, 1, 0, 0), iv(4, 1, 10, 12), iv(5, 1, 2, 3)];
+        for bw in [None, Some((1, 1)), Some((2, 2)), Some((1, 3))] {
+            let planner = Planner::with_layout(&ivs, 1, bw);
+            let (layout, mut placed) = (&planner.layout, Placed::<C>::new(&planner.layout));
+            assert!(layout.add(&mut placed, layout.at[0], 10, 1).is_ok());
+            assert!(layout.add(&mut placed, layout.at[1], 20, 1).is_ok());
+            assert_eq!(query(layout, &placed, 2), vec![(10, 11), (20, 21)], "{bw:?}");
+            assert_eq!(query(layout, &placed, 3), vec![(10, 11)], "{bw:?}");
+            assert!(query(layout, &placed, 4).is_empty(), "{bw:?}");
+            // Placed again elsewhere: removed, then added.
+            layout.remove(&mut placed, 0, 10, 11);
+            assert!(layout.add(&mut placed, layout.at[0], 30, 2).is_ok());
+            assert_eq!(query(layout, &placed, 3), vec![(30, 32)], "{bw:?}");
+            assert_eq!(query(layout, &placed, 2), vec![(20, 21), (30, 32)], "{bw:?}");
+        }
+    }
+
     #[test]
     fn overlap_query_is_inclusive_and_skips_unplaced() {
-        let ivs = [iv(0, 1, 0, 4), iv(1, 1, 5, 9), iv(2, 1, 4, 5)];
-        let mut t = PlacedTree::new(&ivs, None);
-        t.add(0, 10, 1);
-        t.add(1, 20, 1);
-        let mut out = vec![];
-        t.overlapping(4, 5, &mut out);
-        out.sort();
-        assert_eq!(out, vec![(10, 1), (20, 1)]);
-        out.clear();
-        t.overlapping(10, 12, &mut out);
-        assert!(out.is_empty());
-        out.clear();
-        t.overlapping(0, 0, &mut out);
-        assert_eq!(out, vec![(10, 1)]);
+        overlap_query_cases::<Compact>();
+        overlap_query_cases::<Wide>();
+    }
+
+    #[test]
+    fn compact_entries_refuse_what_they_cannot_hold() {
+        // Offsets and ends in units of 1 << shift below 2^32; relative slots below 2^16.
+        assert!(Compact::pack(256 << 20, 512 << 20, 3, 4, 8).is_some());
+        assert!(Compact::pack(1 << 40, (1 << 40) + 256, 0, 1, 8).is_none());
+        assert!(Compact::pack(100, 200, 0, 1, 8).is_none(), "not a multiple of the unit");
+        assert!(Compact::pack(0, 256, 1 << 16, 1, 8).is_none());
+        let c = Compact::pack(0xFFFF_FFFF << 8, 0xFFFF_FFFF << 8, 65_535, 65_535, 8).unwrap();
+        assert_eq!((c.offset(8), c.end(8), c.rel_slot(), c.rel_upto()), (0xFFFF_FFFF << 8, 0xFFFF_FFFF << 8, 65_535, 65_535));
+    }
+
+    /// The overlap structure against a scan of every placed interval, on random lifetimes
+    /// (equal starts included) placed in random order, for layouts from one slot per block up.
+    fn overlap_structure_cases<C: Chunk>() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut rnd = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for round in 0..40 {
+            let n = 1 + rnd(if round < 20 { 30 } else { 300 }) as usize;
+            let horizon = 1 + rnd(2 * n as u64 + 1) as i64;
+            let ivs: Vec<BufferInterval> = (0..n)
+                .map(|k| {
+                    let start = rnd(horizon as u64) as i64;
+                    let longest = 1 + rnd(horizon as u64);
+                    let end = start + rnd(longest) as i64;
+                    iv(k as u64, 1, start, end)
+                })
+                .collect();
+            let mut order: Vec<usize> = (0..n).collect();
+            for k in (1..n).rev() {
+                order.swap(k, rnd(k as u64 + 1) as usize);
+            }
+            for bw in [None, Some((1, 1)), Some((1, 4)), Some((3, 6)), Some((4, 4)), Some((16, 32))] {
+                let planner = Planner::with_layout(&ivs, 1, bw);
+                let (layout, mut placed) = (&planner.layout, Placed::<C>::new(&planner.layout));
+                let mut done: Vec<usize> = Vec::new();
+                let mut scratch = Scratch::default();
+                for (step, &p) in order.iter().enumerate() {
+                    let q = order[rnd(n as u64) as usize];
+                    let mut want: Vec<(i64, i64)> = done
+                        .iter()
+                        .filter(|&&j| ivs[j].start <= ivs[q].end && ivs[j].end >= ivs[q].start)
+                        .map(|&j| (10 * j as i64, 10 * j as i64 + 3))
+                        .collect();
+                    want.sort();
+                    assert_eq!(query(layout, &placed, q), want, "round {round} step {step} {bw:?}");
+                    // The sorted walk agrees with best_fit over the scan.
+                    let walk = FreeChunkWalk::new(2, 4, 2);
+                    assert_eq!(layout.best_fit(&placed, layout.at[q], walk, &mut scratch), best_fit(want.iter().copied(), 2, 4, 2));
+                    assert!(layout.add(&mut placed, layout.at[p], 10 * p as i64, 3).is_ok());
+                    done.push(p);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn overlap_structure_matches_a_brute_force_scan() {
+        overlap_structure_cases::<Compact>();
+        overlap_structure_cases::<Wide>();
     }
 
     /// The planner as upstream writes it (every placed interval tested for overlap, the free
@@ -922,9 +1312,9 @@ mod tests {
             for alignment in [1, 64] {
                 for strategy in [Strategy::Spatial, Strategy::Temporal] {
                     let want = reference(&b.intervals, alignment, strategy);
-                    for lists in [None, Some(false), Some(true)] {
-                        let got = Planner::with_lists(&b.intervals, alignment, lists).run(strategy);
-                        assert_eq!(got.offsets, want, "round {round} n {n} {strategy:?} a {alignment} sorted lists {lists:?}");
+                    for bw in [None, Some((1, 1)), Some((1, 3)), Some((2, 8)), Some((8, 16))] {
+                        let got = Planner::with_layout(&b.intervals, alignment, bw).run(strategy);
+                        assert_eq!(got.offsets, want, "round {round} n {n} {strategy:?} a {alignment} block, window {bw:?}");
                     }
                 }
             }

@@ -69,18 +69,21 @@ pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineR
     })
 }
 
+const NO_HANDLE: u32 = u32::MAX;
+
 /// The allocations of `device` as heap-builder calls: the builder, each handle's aligned size
 /// and the event that allocated it.
 fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, Vec<i64>, Vec<usize>)> {
     let c = trace.columns();
     let n = trace.num_events();
-    // Dense handles for alloc ids (ids are dense per trace by construction, but be safe).
+    // Dense handles for alloc ids: ids are dense per trace by construction (below the event
+    // count: a vector), but be safe (any other id: a map).
+    let mut dense: Vec<u32> = vec![NO_HANDLE; n];
     let mut handle_of: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
     let allocs = (0..n).filter(|&i| c.device[i] == device && c.action[i] == Action::Alloc as u8).count();
     if allocs >= u32::MAX as usize {
         return Err(Error::InvalidArgument(format!("{allocs} allocations: too many to plan")));
     }
-    handle_of.reserve(allocs);
     let mut b = heap::HeapBuilder::with_capacity(allocs);
     let mut sizes: Vec<i64> = Vec::with_capacity(allocs);
     let mut events: Vec<usize> = Vec::with_capacity(allocs);
@@ -95,7 +98,11 @@ fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, V
                 let size = i64::try_from(c.size[i]).unwrap_or(i64::MAX / 4).min(i64::MAX / 4);
                 let size = (size + a - 1) / a * a;
                 let h = sizes.len() as u32;
-                if handle_of.insert(id, h).is_some() {
+                let twice = match dense.get_mut(id as usize) {
+                    Some(slot) => std::mem::replace(slot, h) != NO_HANDLE,
+                    None => handle_of.insert(id, h).is_some(),
+                };
+                if twice {
                     return Err(Error::Replay(format!("event {i}: allocation id {id} allocated twice")));
                 }
                 sizes.push(size);
@@ -103,7 +110,11 @@ fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, V
                 b.alloc(h, id, size);
             }
             Some(Action::FreeCompleted) => {
-                if let Some(h) = handle_of.remove(&id) {
+                let h = match dense.get_mut(id as usize) {
+                    Some(slot) => Some(std::mem::replace(slot, NO_HANDLE)).filter(|&h| h != NO_HANDLE),
+                    None => handle_of.remove(&id),
+                };
+                if let Some(h) = h {
                     b.free(h, sizes[h as usize]);
                 }
             }
