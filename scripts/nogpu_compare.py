@@ -114,8 +114,7 @@ def table(rows: list[dict[str, object]]) -> str:
         name = f"`{r['name']}`" + (" (values read as zeros: `--unknown-values zero`)" if r["unknown"] == "zero" else "")
         tuned = "no (held out)" if r["held_out"] else (str(r["note"]) if r["note"] else "yes")
         lines.append(
-            f"| {name} | {tuned} | {n:,} / {rn:,} ({pct(n, rn)}) | {pct(b, rb)} | "
-            f"{gib(d)} / {gib(rd)} ({pct(d, rd)}) | {gib(e)} / {gib(re_)} ({pct(e, re_)}) |"
+            f"| {name} | {tuned} | {n:,} / {rn:,} ({pct(n, rn)}) | {pct(b, rb)} | {gib(d)} / {gib(rd)} ({pct(d, rd)}) | {gib(e)} / {gib(re_)} ({pct(e, re_)}) |"
         )
     return "\n".join(lines)
 
