@@ -675,7 +675,7 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
     converter = fake.fake_tensor_converter
     cuda_type = "cuda"
     add_tensor = torch.ops.aten.add.Tensor
-    from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+    is_non_overlapping_and_dense = extras._dense
 
     value_ops = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default}
     cpu = torch.device("cpu")

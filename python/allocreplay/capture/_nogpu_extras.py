@@ -240,9 +240,12 @@ def _cublas_copy(m: Any) -> int:
 
 
 def _dense(t: Any) -> bool:
-    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    """TensorImpl::is_non_overlapping_and_dense (torch's Python mirror; older releases name it
+    without the ``_or_false``)."""
+    import torch._prims_common as prims
 
-    return bool(is_non_overlapping_and_dense_or_false(t))
+    check = getattr(prims, "is_non_overlapping_and_dense_or_false", None) or getattr(prims, "is_non_overlapping_and_dense", None)
+    return bool(check(t)) if check is not None else bool(t.is_contiguous())
 
 
 # Copies made inside the current operator, freed when it ends (after its workspaces).
