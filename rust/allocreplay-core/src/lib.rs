@@ -17,5 +17,8 @@ pub mod tune;
 pub mod units;
 pub mod validate;
 
+#[cfg(test)]
+mod test_rng;
+
 pub use error::{Error, Result};
 pub use trace::{Action, Trace, TraceMetadata};

@@ -417,13 +417,11 @@ mod tests {
     /// Downsampling as the points arrive gives what downsampling the whole timeline gives.
     #[test]
     fn streaming_downsampler_equals_downsample() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = crate::test_rng::XorShift64::new(0x9E37_79B9_7F4A_7C15);
         for total in [0usize, 1, 5, 7, 1000, 1999, 2000, 2001, 4099] {
             let points: Vec<TimelinePoint> = (0..total)
                 .map(|i| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = rng.next_u64();
                     TimelinePoint { event: 3 * i, time_ns: (i % 3 != 0).then_some(i as i64), allocated: x % 1000, reserved: 1000 + x % 777 }
                 })
                 .collect();

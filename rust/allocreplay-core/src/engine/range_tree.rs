@@ -280,13 +280,8 @@ mod tests {
     /// Random inserts, removes and searches against a `BTreeMap` scanned linearly.
     #[test]
     fn matches_a_linear_scan() {
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut rnd = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rng = crate::test_rng::XorShift64::new(0x2545_F491_4F6C_DD1Du64);
+        let mut rnd = |m: u64| rng.below(m);
         let mut tree = RangeTree::new();
         let mut model: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
         for step in 0..20_000u64 {

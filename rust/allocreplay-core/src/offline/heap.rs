@@ -1068,13 +1068,11 @@ mod tests {
     #[test]
     fn two_threads_give_what_one_gives() {
         // Enough intervals for `plan` to run kTemporal on a thread of its own.
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = crate::test_rng::XorShift64::new(0x9E37_79B9_7F4A_7C15);
         let mut b = HeapBuilder::default();
         let mut live: Vec<(u32, i64)> = Vec::new();
         for h in 0..PARALLEL_FROM as u32 + 100 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let size = 256 * (1 + (x % 4096) as i64);
             b.alloc(h, h as u64, size);
             live.push((h, size));
@@ -1148,13 +1146,8 @@ mod tests {
     /// The overlap structure against a scan of every placed interval, on random lifetimes
     /// (equal starts included) placed in random order, for layouts from one slot per block up.
     fn overlap_structure_cases<C: Chunk>() {
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut rnd = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rng = crate::test_rng::XorShift64::new(0x2545_F491_4F6C_DD1Du64);
+        let mut rnd = |m: u64| rng.below(m);
         for round in 0..40 {
             let n = 1 + rnd(if round < 20 { 30 } else { 300 }) as usize;
             let horizon = 1 + rnd(2 * n as u64 + 1) as i64;
@@ -1281,13 +1274,8 @@ mod tests {
 
     #[test]
     fn placements_match_the_upstream_algorithm_on_random_intervals() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rnd = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rng = crate::test_rng::XorShift64::new(0x9E37_79B9_7F4A_7C15u64);
+        let mut rnd = |m: u64| rng.below(m);
         for round in 0..60 {
             let n = 1 + rnd(if round < 30 { 40 } else { 400 }) as u32;
             let mut b = HeapBuilder::default();

@@ -141,11 +141,9 @@ mod tests {
         let mut theirs = BTreeMap::new();
         // A deterministic pseudo-random walk of inserts and removes over a small key space,
         // growing past SPILL and shrinking again.
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rng = crate::test_rng::XorShift64::new(0x9e37_79b9_7f4a_7c15);
         for step in 0..20_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let k = u128::from(x % 4096) << 64 | u128::from(x % 7);
             let grow = step < 8_000 || (14_000..16_000).contains(&step);
             if !x.is_multiple_of(3) || grow {
