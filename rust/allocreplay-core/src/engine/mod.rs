@@ -51,6 +51,13 @@ pub struct FirstOom {
     pub reserved: u64,
 }
 
+impl FirstOom {
+    /// The request at `event` failed with `oom`; `stats` are the policy's at that moment.
+    fn at(event: usize, requested: u64, oom: &OutOfMemory, stats: &Stats) -> FirstOom {
+        FirstOom { event, requested, alloc_size: oom.alloc_size, allocated: stats.allocated, reserved: stats.reserved }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimelinePoint {
     pub event: usize,
@@ -229,16 +236,7 @@ impl<'p> DeviceReplayer<'p> {
                         }
                         Err(oom) => {
                             self.failed.insert(id);
-                            if self.first_oom.is_none() {
-                                let s = policy.stats();
-                                self.first_oom = Some(FirstOom {
-                                    event: i,
-                                    requested: req.size,
-                                    alloc_size: oom.alloc_size,
-                                    allocated: s.allocated,
-                                    reserved: s.reserved,
-                                });
-                            }
+                            self.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
                         }
                     }
                 }
@@ -280,16 +278,7 @@ impl<'p> DeviceReplayer<'p> {
                             policy.free_completed(oom_id, dev);
                         }
                         Err(oom) => {
-                            if self.first_oom.is_none() {
-                                let s = policy.stats();
-                                self.first_oom = Some(FirstOom {
-                                    event: i,
-                                    requested: req.size,
-                                    alloc_size: oom.alloc_size,
-                                    allocated: s.allocated,
-                                    reserved: s.reserved,
-                                });
-                            }
+                            self.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
                         }
                     }
                 }
