@@ -187,14 +187,14 @@ def _cudnn_table() -> dict[str, Any]:
         path = os.environ.get("ALLOCREPLAY_NOGPU_CUDNN_TABLE") or os.path.join(os.path.dirname(os.path.abspath(__file__)), CUDNN_TABLE)
         with lzma.open(path, "rt") if path.endswith(".xz") else open(path) as f:
             data = json.load(f)
-        by_shape: dict[str, list[tuple[int, list[int]]]] = {}
-        for k, ws in data["table"].items():
+        # Keyed as the table, less the batch size: [(batch size, workspaces)].
+        by_batch: dict[str, list[tuple[int, list[int]]]] = {}
+        for k, ws in data.pop("table").items():
             parts = k.split("|")
-            x = parts[1].split(",")
-            parts[1] = ",".join(x[1:])
-            by_shape.setdefault("|".join(parts), []).append((int(x[0]), ws))
-        data["by_shape"] = by_shape
-        _cudnn.append(data)
+            batch, _, rest = parts[1].partition(",")
+            parts[1] = rest
+            by_batch.setdefault("|".join(parts), []).append((int(batch), ws))
+        _cudnn.append({"meta": data["meta"], "by_batch": by_batch})
     return _cudnn[0]
 
 
@@ -203,20 +203,16 @@ def conv_workspaces(torch: Any, direction: str, x: Any, w: Any, stride: Any, pad
     table = _cudnn_table()
     layout = int(x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous())
     dtype = str(x.dtype).replace("torch.", "")
-    j = ",".join
 
     def ints(v: Any) -> str:
-        return j(str(int(i)) for i in v)
+        return ",".join(str(int(i)) for i in v)
 
     rest = [ints(w.shape), dtype, str(layout), ints(stride), ints(padding), ints(dilation), str(int(bool(transposed))), str(int(groups))]
-    key = "|".join([direction, ints(x.shape), *rest])
-    found = table["table"].get(key)
-    if found is not None:
-        return list(found)
-    batch = int(x.shape[0])
-    near = table["by_shape"].get("|".join([direction, ints(x.shape[1:]), *rest]))
-    if near:
-        b0, ws = min(near, key=lambda e: (abs(e[0] - batch), e[0]))
+    # The measured batch size nearest this one (the same when measured), its workspaces scaled.
+    measured = table["by_batch"].get("|".join([direction, ints(x.shape[1:]), *rest]))
+    if measured:
+        batch = int(x.shape[0])
+        b0, ws = min(measured, key=lambda e: (abs(e[0] - batch), e[0]))
         return [max(1, s * batch // b0) for s in ws]
     # A shape no measured model has: none. Workspaces of a guessed size (the median share of the
     # input's bytes among the nearest measured convolutions) put the bytes requested closer
