@@ -7,6 +7,7 @@ Only the standard library and torch: copied into the recorded process with ``_no
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -238,10 +239,15 @@ def _cublas_copy(m: Any) -> int:
 def _dense(t: Any) -> bool:
     """TensorImpl::is_non_overlapping_and_dense (torch's Python mirror; older releases name it
     without the ``_or_false``)."""
+    return bool(_dense_check()(t))
+
+
+@functools.cache
+def _dense_check() -> Any:
     import torch._prims_common as prims
 
     check = getattr(prims, "is_non_overlapping_and_dense_or_false", None) or getattr(prims, "is_non_overlapping_and_dense", None)
-    return bool(check(t)) if check is not None else bool(t.is_contiguous())
+    return check if check is not None else (lambda t: t.is_contiguous())
 
 
 # Copies made inside the current operator, freed when it ends (after its workspaces).
@@ -258,8 +264,8 @@ def after_output(func: Any, args: Any, kwargs: Any, i: int, rec: Any) -> None:
         # addmm_out_cuda_impl) and freed with the operator. Measured: tiny_step__default, the
         # backward of a Linear layer under `.sum()` (an expanded gradient).
         for m in args[:2] if name == "mm" else args[1:3]:
-            if isinstance(m, torch.Tensor) and _cublas_copy(m):
-                _operator_copies.append(rec.persistent(_cublas_copy(m)))
+            if isinstance(m, torch.Tensor) and (copy := _cublas_copy(m)):
+                _operator_copies.append(rec.persistent(copy))
     elif name == "convolution" and i == 0:
         # aten::convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
         x, w, _, stride, padding, dilation, transposed, _, groups = args[:9]
