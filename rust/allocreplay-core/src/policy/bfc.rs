@@ -14,9 +14,10 @@
 //! do not). The retry-on-failure wait (`AllocateRawInternalWithRetry`) cannot help in a replay:
 //! no other thread frees memory while the trace stands still.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::bfc_config::{BfcSettings, BfcSpec};
+use super::sorted_map::SortedMap;
 use super::spec::PolicyContext;
 use super::{BlockInfo, OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::engine::device::DeviceMemory;
@@ -48,6 +49,13 @@ pub fn rounded_bytes(bytes: u64) -> u64 {
 pub fn bin_num_for_size(bytes: u64) -> usize {
     let v = (bytes >> K_MIN_ALLOCATION_BITS).max(1);
     ((63 - v.leading_zeros()) as usize).min(K_NUM_BINS - 1)
+}
+
+/// A free chunk's key in its bin: `ChunkComparator`'s (size, ptr) as one `u128`, size in the
+/// high half, so that the integer order is the comparator's.
+#[inline]
+fn bin_key(size: u64, ptr: u64) -> u128 {
+    (u128::from(size) << 64) | u128::from(ptr)
 }
 
 pub fn from_spec(spec: BfcSpec, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
@@ -94,8 +102,9 @@ pub struct Bfc {
     chunks: Vec<Chunk>,
     /// `unused_chunk_handle_head_`: a free list threaded through `next`.
     unused_head: u32,
-    /// `Bin::free_chunks`, ordered by `ChunkComparator`: (size, ptr); the handle rides along.
-    bins: Vec<BTreeSet<(u64, u64, u32)>>,
+    /// `Bin::free_chunks`, ordered by `ChunkComparator`: (size, ptr), packed as one `u128`
+    /// key ([`bin_key`]: free chunks never share an address); the value is the chunk's handle.
+    bins: Vec<SortedMap>,
     /// `RegionManager::regions_`, by base address.
     regions: BTreeMap<u64, Region>,
     /// Live chunks by trace allocation id.
@@ -136,7 +145,7 @@ impl Bfc {
             max_internal_fragmentation_bytes,
             chunks: Vec::with_capacity(1024),
             unused_head: NONE,
-            bins: (0..K_NUM_BINS).map(|_| BTreeSet::new()).collect(),
+            bins: (0..K_NUM_BINS).map(|_| SortedMap::default()).collect(),
             regions: BTreeMap::new(),
             live: Default::default(),
             seed_region_base: None,
@@ -217,15 +226,15 @@ impl Bfc {
         let (size, ptr) = (c.size, c.ptr);
         let b = bin_num_for_size(size);
         self.cm(h).bin_num = b as i8;
-        self.bins[b].insert((size, ptr, h));
+        self.bins[b].insert(bin_key(size, ptr), h);
     }
 
     /// `RemoveFreeChunkFromBin`.
     fn remove_free_chunk_from_bin(&mut self, h: u32) {
         let c = *self.c(h);
         debug_assert!(!c.in_use && c.bin_num >= 0);
-        let removed = self.bins[c.bin_num as usize].remove(&(c.size, c.ptr, h));
-        debug_assert!(removed, "could not find chunk in bin");
+        let removed = self.bins[c.bin_num as usize].remove(&bin_key(c.size, c.ptr));
+        debug_assert_eq!(removed, Some(h), "could not find chunk in bin");
         self.cm(h).bin_num = -1;
     }
 
@@ -313,7 +322,8 @@ impl Bfc {
     /// order) that fits: the smallest fitting chunk, lowest address on ties.
     fn find_chunk_ptr(&mut self, rounded: u64, req: &Request) -> Option<Placement> {
         for b in bin_num_for_size(rounded)..K_NUM_BINS {
-            let Some(&(size, _, h)) = self.bins[b].range((rounded, 0, 0)..).next() else { continue };
+            let Some((key, h)) = self.bins[b].range(bin_key(rounded, 0), None).next() else { continue };
+            let size = (key >> 64) as u64;
             self.remove_free_chunk_from_bin(h);
             if self.should_split(size, rounded) {
                 self.split_chunk(h, rounded);
@@ -479,7 +489,7 @@ impl Bfc {
 
     /// `LargestBinnedFreeChunk`.
     pub fn largest_free_chunk(&self) -> u64 {
-        self.bins.iter().rev().find_map(|b| b.last().map(|&(s, _, _)| s)).unwrap_or(0)
+        self.bins.iter().rev().find_map(|b| b.iter().next_back().map(|(k, _)| (k >> 64) as u64)).unwrap_or(0)
     }
 
     /// `GetFragmentation`: (free pool bytes - largest free chunk) / free pool bytes.
