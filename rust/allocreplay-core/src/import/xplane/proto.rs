@@ -138,45 +138,24 @@ pub struct XStatMetadata {
     pub name: String,
 }
 
-/// An `XPlane` whose events are kept as raw bytes (slices of the input, no copy): the host
-/// plane has a million events of which a few thousand are memory events; each event's header
-/// is read first ([`XEventHead`]) and only memory events are decoded in full.
+/// An `XPlane` whose lines are kept as raw bytes (slices of the input, no copy): the host
+/// plane has a million events of which a few thousand are memory events. Its lines are read
+/// by hand ([`Fields`]): each event's `metadata_id` is read without building the event, and
+/// only memory events are decoded in full ([`XEvent`]).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct XPlaneLazy {
     #[prost(int64, tag = "1")]
     pub id: i64,
     #[prost(string, tag = "2")]
     pub name: String,
-    #[prost(message, repeated, tag = "3")]
-    pub lines: Vec<XLineLazy>,
+    #[prost(bytes = "bytes", repeated, tag = "3")]
+    pub lines: Vec<Bytes>,
     #[prost(map = "int64, message", tag = "4")]
     pub event_metadata: HashMap<i64, XEventMetadata>,
     #[prost(map = "int64, message", tag = "5")]
     pub stat_metadata: HashMap<i64, XStatMetadata>,
     #[prost(message, repeated, tag = "6")]
     pub stats: Vec<XStat>,
-}
-
-/// An `XLine` with its events as raw bytes.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct XLineLazy {
-    #[prost(int64, tag = "1")]
-    pub id: i64,
-    #[prost(string, tag = "2")]
-    pub name: String,
-    #[prost(int64, tag = "3")]
-    pub timestamp_ns: i64,
-    #[prost(bytes = "bytes", repeated, tag = "4")]
-    pub events: Vec<Bytes>,
-}
-
-/// The head of an `XEvent`: which event it is and when (its stats skipped).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct XEventHead {
-    #[prost(int64, tag = "1")]
-    pub metadata_id: i64,
-    #[prost(int64, tag = "2")]
-    pub offset_ps: i64,
 }
 
 /// An `XPlane` without its lines: name and plane-level stats (device planes carry the
