@@ -8,7 +8,9 @@ use bytes::Bytes;
 use prost::Message;
 use serde::Serialize;
 
-use super::proto::{XEvent, XEventHead, XPlaneLazy, XPlaneName, XPlaneStats, XSpaceRaw, XStat, XStatMetadata, XStatValue};
+use super::proto::{
+    event_metadata_id, Fields, WireError, XEvent, XPlaneLazy, XPlaneName, XPlaneStats, XSpaceRaw, XStat, XStatMetadata, XStatValue,
+};
 use crate::error::{Error, Result};
 
 /// One MemoryAllocation / MemoryDeallocation event.
@@ -184,13 +186,17 @@ fn key_of(name: &str) -> Option<Key> {
 
 fn decode_error(path: &Path, what: &str, e: prost::DecodeError) -> Error {
     // prost names our structs (`XSpaceRaw.planes: ...`); say it in the .proto's terms.
-    let text = e
-        .to_string()
-        .replace("failed to decode Protobuf message: ", "")
-        .replace("XSpaceRaw", "XSpace")
-        .replace("Lazy", "")
-        .replace("Head", "");
+    let text = e.to_string().replace("failed to decode Protobuf message: ", "").replace("XSpaceRaw", "XSpace").replace("Lazy", "");
     let truncated = text.contains("underflow") || text.contains("EOF") || text.contains("invalid varint");
+    capture_error(path, what, &text, truncated)
+}
+
+/// [`decode_error`] for the messages read by hand ([`Fields`]).
+fn wire_error(path: &Path, what: &str, e: WireError) -> Error {
+    capture_error(path, what, &e.to_string(), e.is_truncated())
+}
+
+fn capture_error(path: &Path, what: &str, text: &str, truncated: bool) -> Error {
     Error::format(
         path,
         if truncated {
@@ -326,33 +332,31 @@ pub fn parse(path: &Path, data: Vec<u8>) -> Result<ParsedCapture> {
     };
     let plane = XPlaneLazy::decode(host).map_err(|e| decode_error(path, "plane /host:CPU", e))?;
 
-    // Which events are memory events, and which stats we read.
-    let mut kind: HashMap<i64, bool> = HashMap::new();
-    for (id, m) in &plane.event_metadata {
-        match m.name.as_str() {
-            "MemoryAllocation" => {
-                kind.insert(*id, true);
-            }
-            "MemoryDeallocation" => {
-                kind.insert(*id, false);
-            }
-            _ => {}
-        }
-    }
+    // Which events are memory events: two event metadata ids among thousands, sorted for a
+    // binary search (a hash per event was a tenth of the import).
+    let mut kinds: Vec<(i64, bool)> = plane
+        .event_metadata
+        .iter()
+        .filter_map(|(id, m)| match m.name.as_str() {
+            "MemoryAllocation" => Some((*id, true)),
+            "MemoryDeallocation" => Some((*id, false)),
+            _ => None,
+        })
+        .collect();
+    kinds.sort_unstable();
+    // And which stats we read.
     let keys: HashMap<i64, Key> = plane.stat_metadata.iter().filter_map(|(id, m)| key_of(&m.name).map(|k| (*id, k))).collect();
     let mut strings = Strings::default();
     let mut allocator_of: HashMap<u32, u32> = HashMap::new();
     let mut seq: u32 = 0;
-    for line in &plane.lines {
-        out.host_events += line.events.len();
-        if kind.is_empty() {
-            continue;
-        }
+    let mut memory: Vec<(&[u8], bool)> = Vec::new();
+    for raw in &plane.lines {
+        memory.clear();
+        let line = read_line(raw, &kinds, &mut memory).map_err(|(what, e)| wire_error(path, &what, e))?;
+        out.host_events += line.events;
         let base_ps = line.timestamp_ns.saturating_mul(1000);
-        for raw in &line.events {
-            let head = XEventHead::decode(raw.clone()).map_err(|e| decode_error(path, &format!("an event on line {}", line.name), e))?;
-            let Some(&alloc) = kind.get(&head.metadata_id) else { continue };
-            let ev = XEvent::decode(raw.clone()).map_err(|e| decode_error(path, &format!("an event on line {}", line.name), e))?;
+        for &(raw, alloc) in &memory {
+            let ev = XEvent::decode(raw).map_err(|e| decode_error(path, &format!("an event on line {}", line.name), e))?;
             let e = read_event(
                 path,
                 &ev.stats,
@@ -362,10 +366,10 @@ pub fn parse(path: &Path, data: Vec<u8>) -> Result<ParsedCapture> {
                 &mut strings,
                 &mut allocator_of,
                 &mut out.allocators,
-                line.name.as_str(),
+                line.name,
             )?;
             let Some(mut e) = e else { continue };
-            e.time_ps = base_ps.saturating_add(head.offset_ps);
+            e.time_ps = base_ps.saturating_add(ev.offset_ps);
             e.thread = line.id;
             e.seq = seq;
             seq += 1;
@@ -374,6 +378,49 @@ pub fn parse(path: &Path, data: Vec<u8>) -> Result<ParsedCapture> {
     }
     out.strings = strings.list;
     Ok(out)
+}
+
+/// The head of an `XLine` and how many events it has.
+struct LineHead<'a> {
+    id: i64,
+    name: &'a str,
+    timestamp_ns: i64,
+    events: usize,
+}
+
+/// Reads one line of the host plane by hand: its head (`int64 id = 1; string name = 2;
+/// int64 timestamp_ns = 3;`) and, of its `repeated XEvent events = 4`, only each event's
+/// `metadata_id`: the memory events (`kinds`) go into `memory` with whether each is an
+/// allocation, in file order, still serialized. The display fields (9-11) are not read. An
+/// error comes with where it is, for the message.
+fn read_line<'a>(
+    raw: &'a [u8],
+    kinds: &[(i64, bool)],
+    memory: &mut Vec<(&'a [u8], bool)>,
+) -> std::result::Result<LineHead<'a>, (String, WireError)> {
+    let mut head = LineHead { id: 0, name: "", timestamp_ns: 0, events: 0 };
+    let in_line = |e| ("a line of plane /host:CPU".to_string(), e);
+    for field in Fields::new(raw) {
+        let (number, value) = field.map_err(in_line)?;
+        match number {
+            1 => head.id = value.int64(1).map_err(in_line)?,
+            2 => head.name = value.string(2).map_err(in_line)?,
+            3 => head.timestamp_ns = value.int64(3).map_err(in_line)?,
+            4 => {
+                let event = value.message(4).map_err(in_line)?;
+                head.events += 1;
+                if kinds.is_empty() {
+                    continue;
+                }
+                let id = event_metadata_id(event).map_err(|e| (format!("an event on line {}", head.name), e))?;
+                if let Ok(k) = kinds.binary_search_by_key(&id, |&(id, _)| id) {
+                    memory.push((event, kinds[k].1));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(head)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -556,6 +556,33 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_corrupt_event_is_refused_naming_its_line() {
+        // Host-plane lines are read by hand: an event whose metadata_id is cut off (a varint
+        // with no last byte) inside an intact line, and a line cut inside an event.
+        let plane = |line: Vec<u8>| {
+            let host = proto::XPlaneLazy {
+                name: "/host:CPU".into(),
+                lines: vec![Bytes::from(line)],
+                event_metadata: HashMap::from([(
+                    1,
+                    XEventMetadata { id: 1, name: "MemoryAllocation".into(), display_name: String::new() },
+                )]),
+                ..Default::default()
+            };
+            XSpaceRaw { planes: vec![Bytes::from(host.encode_to_vec())], errors: vec![], warnings: vec![], hostnames: vec![] }
+                .encode_to_vec()
+        };
+        // name = "t" (field 2), then events (field 4): one of 1 byte, 0x08 0x80 (cut varint).
+        let e = import(plane(vec![0x12, 1, b't', 0x22, 2, 0x08, 0x80]), &ImportOptions::default()).unwrap_err();
+        assert!(one_line(&e).contains("truncated or corrupt profiler capture: an event on line t ends early"), "{e}");
+        let e = import(plane(vec![0x12, 1, b't', 0x22, 5, 0x08, 0x01]), &ImportOptions::default()).unwrap_err();
+        assert!(one_line(&e).contains("a line of plane /host:CPU ends early"), "{e}");
+        // A line name that is not UTF-8.
+        let e = import(plane(vec![0x12, 1, 0xff]), &ImportOptions::default()).unwrap_err();
+        assert!(one_line(&e).contains("not a profiler capture") && one_line(&e).contains("not UTF-8"), "{e}");
+    }
+
+    #[test]
     fn a_capture_without_memory_events_is_refused() {
         // Lines with ordinary events only.
         let e = import(capture(&[(1, vec![]), (2, vec![])]), &ImportOptions::default()).unwrap_err();
