@@ -16,7 +16,7 @@
 //! (tests/cuda_policies.rs). `num_device_alloc` / `num_device_free` count the driver calls, so a
 //! side-by-side replay shows what a caching allocator saves.
 
-use std::collections::{BTreeMap, BTreeSet};
+use rustc_hash::FxHashMap;
 
 use super::options::{self, Syntax};
 use super::registry::{PolicyEntry, PolicyKind};
@@ -51,10 +51,89 @@ pub fn from_spec(options: &str, _ctx: &PolicyContext) -> Result<Box<dyn Policy>>
     Ok(Box::new(CudaMalloc::new()))
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Page {
     addr: u64,
     live: u32,
+    /// Rounded bytes of the live allocations in the page.
+    allocated: u64,
+    /// The page's free ranges as (offset, end), by offset (empty once the page is released).
+    free: Vec<(u32, u32)>,
+}
+
+/// Length classes of the free ranges inside shared pages: multiples of 512 bytes, up to a page.
+const CLASSES: usize = (PAGE / MALLOC_ALIGN) as usize;
+
+/// The free ranges of every shared page in the driver's best-fit order (length, page, offset),
+/// by length class: a bitmap of the classes that hold a range (two levels of `u64`), and per
+/// class its ranges as `page << 32 | offset`, sorted. The shortest fitting range is the first
+/// set bit at or after the request's class: no search tree.
+#[derive(Debug)]
+struct FreeBySize {
+    /// Bit `c % 64` of `words[c / 64]`: class `c` (ranges of `(c + 1) * 512` bytes) is not empty.
+    words: [u64; CLASSES / 64],
+    /// Bit `w`: `words[w] != 0`.
+    summary: u64,
+    ranges: Vec<Vec<u64>>,
+}
+
+impl Default for FreeBySize {
+    fn default() -> Self {
+        FreeBySize { words: [0; CLASSES / 64], summary: 0, ranges: vec![Vec::new(); CLASSES] }
+    }
+}
+
+impl FreeBySize {
+    #[inline]
+    fn class(len: u64) -> usize {
+        debug_assert!(len > 0 && len <= PAGE && len.is_multiple_of(MALLOC_ALIGN));
+        (len / MALLOC_ALIGN) as usize - 1
+    }
+
+    fn insert(&mut self, len: u64, page: u32, off: u64) {
+        let c = Self::class(len);
+        let key = (u64::from(page) << 32) | off;
+        let list = &mut self.ranges[c];
+        let i = list.partition_point(|&k| k < key);
+        list.insert(i, key);
+        self.words[c / 64] |= 1 << (c % 64);
+        self.summary |= 1 << (c / 64);
+    }
+
+    fn remove(&mut self, len: u64, page: u32, off: u64) {
+        let c = Self::class(len);
+        let key = (u64::from(page) << 32) | off;
+        let list = &mut self.ranges[c];
+        let i = list.partition_point(|&k| k < key);
+        debug_assert_eq!(list.get(i), Some(&key), "free range not found");
+        list.remove(i);
+        if list.is_empty() {
+            self.words[c / 64] &= !(1 << (c % 64));
+            if self.words[c / 64] == 0 {
+                self.summary &= !(1 << (c / 64));
+            }
+        }
+    }
+
+    /// The shortest free range of at least `len` bytes, the lowest (page, offset) among equals:
+    /// (length, page, offset).
+    fn best_fit(&self, len: u64) -> Option<(u64, u32, u64)> {
+        let c0 = Self::class(len);
+        let w0 = c0 / 64;
+        let here = self.words[w0] & (u64::MAX << (c0 % 64));
+        let c = if here != 0 {
+            w0 * 64 + here.trailing_zeros() as usize
+        } else {
+            let above = self.summary & u64::MAX.checked_shl(w0 as u32 + 1).unwrap_or(0);
+            if above == 0 {
+                return None;
+            }
+            let w = above.trailing_zeros() as usize;
+            w * 64 + self.words[w].trailing_zeros() as usize
+        };
+        let key = self.ranges[c][0];
+        Some(((c as u64 + 1) * MALLOC_ALIGN, (key >> 32) as u32, key & 0xffff_ffff))
+    }
 }
 
 /// Where the driver put an allocation.
@@ -67,15 +146,13 @@ pub(crate) enum Placed {
 }
 
 /// The driver's layout of `cudaMalloc`-style allocations: small ones packed into shared 2 MiB
-/// pages (best fit over the pages' free ranges, O(log n)), large ones in their own pages. The
-/// memory comes from `DeviceMemory::malloc` (capacity, addresses).
+/// pages (best fit over the pages' free ranges), large ones in their own pages. The memory
+/// comes from `DeviceMemory::malloc` (capacity, addresses).
 #[derive(Debug, Default)]
 pub(crate) struct PageLayout {
     pages: Vec<Page>,
     free_slots: Vec<u32>,
-    /// Free ranges inside live pages: (page, offset) -> end, and (length, page, offset).
-    by_addr: BTreeMap<(u32, u64), u64>,
-    by_size: BTreeSet<(u64, u32, u64)>,
+    by_size: FreeBySize,
 }
 
 impl PageLayout {
@@ -96,35 +173,40 @@ impl PageLayout {
             let addr = device.malloc(r)?;
             return Some(Placed::Large { addr, bytes: r });
         }
-        let (page, off, new_page) = match self.by_size.range((r, 0, 0)..).next().copied() {
+        let (page, off, new_page) = match self.by_size.best_fit(r) {
             Some((len, page, off)) => {
-                self.by_size.remove(&(len, page, off));
-                self.by_addr.remove(&(page, off));
+                self.by_size.remove(len, page, off);
+                let free = &mut self.pages[page as usize].free;
+                let i = free.partition_point(|&(o, _)| u64::from(o) < off);
                 if len > r {
-                    self.by_addr.insert((page, off + r), off + len);
-                    self.by_size.insert((len - r, page, off + r));
+                    // The range keeps its place in the page's list: it only starts later.
+                    free[i].0 = (off + r) as u32;
+                    self.by_size.insert(len - r, page, off + r);
+                } else {
+                    free.remove(i);
                 }
                 (page, off, false)
             }
             None => {
                 let addr = device.malloc(PAGE)?;
+                let fresh = Page { addr, live: 0, allocated: 0, free: vec![(r as u32, PAGE as u32)] };
                 let page = match self.free_slots.pop() {
                     Some(i) => {
-                        self.pages[i as usize] = Page { addr, live: 0 };
+                        self.pages[i as usize] = fresh;
                         i
                     }
                     None => {
-                        self.pages.push(Page { addr, live: 0 });
+                        self.pages.push(fresh);
                         (self.pages.len() - 1) as u32
                     }
                 };
-                self.by_addr.insert((page, r), PAGE);
-                self.by_size.insert((PAGE - r, page, r));
+                self.by_size.insert(PAGE - r, page, r);
                 (page, 0, true)
             }
         };
         let p = &mut self.pages[page as usize];
         p.live += 1;
+        p.allocated += r;
         Some(Placed::Small { page, off, addr: p.addr + off, new_page })
     }
 
@@ -137,31 +219,38 @@ impl PageLayout {
             }
             Placed::Small { page, off, .. } => {
                 let r = Self::rounded(size);
-                let (mut start, mut end) = (off, off + r);
-                if let Some((&(pg, s), &e)) = self.by_addr.range(..(page, start)).next_back() {
-                    if pg == page && e == start {
-                        self.by_addr.remove(&(pg, s));
-                        self.by_size.remove(&(e - s, pg, s));
-                        start = s;
-                    }
-                }
-                if let Some(&e) = self.by_addr.get(&(page, end)) {
-                    self.by_addr.remove(&(page, end));
-                    self.by_size.remove(&(e - end, page, end));
-                    end = e;
-                }
+                let (start, end) = (off as u32, (off + r) as u32);
                 let p = &mut self.pages[page as usize];
                 p.live -= 1;
+                p.allocated -= r;
+                // The free ranges just below and just above, merged with the freed one.
+                let i = p.free.partition_point(|&(o, _)| o < start);
+                let below = i.checked_sub(1).filter(|&j| p.free[j].1 == start);
+                let above = Some(i).filter(|&j| p.free.get(j).is_some_and(|&(o, _)| o == end));
+                for j in below.into_iter().chain(above) {
+                    let (o, e) = p.free[j];
+                    self.by_size.remove(u64::from(e - o), page, u64::from(o));
+                }
+                let merged_start = below.map_or(start, |j| p.free[j].0);
+                let merged_end = above.map_or(end, |j| p.free[j].1);
                 if p.live == 0 {
-                    debug_assert_eq!((start, end), (0, PAGE));
+                    debug_assert_eq!((u64::from(merged_start), u64::from(merged_end)), (0, PAGE));
+                    p.free = Vec::new();
                     device.free(p.addr, PAGE);
                     self.free_slots.push(page);
-                    true
-                } else {
-                    self.by_addr.insert((page, start), end);
-                    self.by_size.insert((end - start, page, start));
-                    false
+                    return true;
                 }
+                match (below, above) {
+                    (Some(j), Some(k)) => {
+                        p.free[j].1 = merged_end;
+                        p.free.remove(k);
+                    }
+                    (Some(j), None) => p.free[j].1 = merged_end,
+                    (None, Some(k)) => p.free[k].0 = merged_start,
+                    (None, None) => p.free.insert(i, (start, end)),
+                }
+                self.by_size.insert(u64::from(merged_end - merged_start), page, u64::from(merged_start));
+                false
             }
         }
     }
@@ -170,9 +259,9 @@ impl PageLayout {
         self.pages[page as usize].addr
     }
 
-    /// Live pages: (address, live allocations).
-    pub(crate) fn live_pages(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.pages.iter().filter(|p| p.live > 0).map(|p| (p.addr, p.live))
+    /// Live pages: (address, live allocations, their rounded bytes).
+    pub(crate) fn live_pages(&self) -> impl Iterator<Item = (u64, u32, u64)> + '_ {
+        self.pages.iter().filter(|p| p.live > 0).map(|p| (p.addr, p.live, p.allocated))
     }
 }
 
@@ -189,8 +278,7 @@ pub struct CudaMalloc {
     /// Live allocations by id (`None`: none, or a zero-byte request).
     slots: super::id_map::IdMap<Slot>,
     /// Large allocations live, with their bytes, for `segments` (address -> (bytes, requested)).
-    large: BTreeMap<u64, (u64, u64)>,
-    small_allocated: BTreeMap<u64, u64>,
+    large: FxHashMap<u64, (u64, u64)>,
 }
 
 impl CudaMalloc {
@@ -209,18 +297,10 @@ impl CudaMalloc {
                 self.large.remove(&addr);
                 self.stats.sub_reserved(bytes);
             }
-            Placed::Small { page, .. } => {
-                let pa = self.layout.page_addr(page);
-                if let Some(v) = self.small_allocated.get_mut(&pa) {
-                    *v -= rounded;
-                }
-            }
+            Placed::Small { .. } => {}
         }
-        if self.layout.free(s.placed, s.size, device) {
-            if let Placed::Small { page, .. } = s.placed {
-                self.small_allocated.remove(&self.layout.page_addr(page));
-                self.stats.sub_reserved(PAGE);
-            }
+        if self.layout.free(s.placed, s.size, device) && matches!(s.placed, Placed::Small { .. }) {
+            self.stats.sub_reserved(PAGE);
         }
     }
 }
@@ -258,7 +338,6 @@ impl Policy for CudaMalloc {
                 if new_page {
                     self.stats.add_reserved(PAGE);
                 }
-                *self.small_allocated.entry(pa).or_insert(0) += rounded;
                 Placement { addr, size: rounded, segment: pa }
             }
         })
@@ -292,13 +371,13 @@ impl Policy for CudaMalloc {
                 blocks: 1,
             })
             .collect();
-        out.extend(self.layout.live_pages().map(|(addr, live)| SegmentInfo {
+        out.extend(self.layout.live_pages().map(|(addr, live, allocated)| SegmentInfo {
             addr,
             size: PAGE,
             stream: 0,
             pool: 0,
             kind: "small",
-            allocated_bytes: self.small_allocated.get(&addr).copied().unwrap_or(0),
+            allocated_bytes: allocated,
             blocks: live,
         }));
         out.sort_by_key(|s| s.addr);
@@ -381,6 +460,85 @@ mod tests {
         // The failed id's frees are no-ops.
         p.free_requested(1, &mut d);
         assert_eq!(p.stats.num_device_free, 0);
+    }
+
+    /// The layout against a brute-force model of the driver's best fit (every free range of
+    /// every live page scanned for the least (length, page, offset)) over random mixes of
+    /// small and large allocations and frees: same offsets, same pages, same releases.
+    #[test]
+    fn best_fit_matches_a_scan_of_every_free_range() {
+        let mut rng = crate::test_rng::XorShift64::new(0x1234_5678_9abc_def1);
+        let mut d = DeviceMemory::new(None);
+        let mut layout = PageLayout::default();
+        // The model: per page slot, its live allocations as (offset, rounded size).
+        let mut model: Vec<Option<Vec<(u64, u64)>>> = Vec::new();
+        let mut live: Vec<(Placed, u64)> = Vec::new();
+        let model_free = |allocs: &Vec<(u64, u64)>| {
+            let mut a = allocs.clone();
+            a.sort();
+            let (mut out, mut at) = (Vec::new(), 0);
+            for (o, r) in a {
+                if o > at {
+                    out.push((at, o));
+                }
+                at = o + r;
+            }
+            if at < PAGE {
+                out.push((at, PAGE));
+            }
+            out
+        };
+        for step in 0..20_000 {
+            let x = rng.next_u64();
+            if live.is_empty() || x % 100 < 55 {
+                let size = match x % 7 {
+                    0 => 1 + (x >> 8) % (3 * MIB),
+                    1 | 2 => 1 + (x >> 8) % (256 << 10),
+                    _ => 1 + (x >> 8) % 8192,
+                };
+                let r = PageLayout::rounded(size);
+                let want = (r < PAGE).then(|| {
+                    model
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(pg, a)| a.as_ref().map(|a| (pg, model_free(a))))
+                        .flat_map(|(pg, f)| f.into_iter().map(move |(o, e)| (e - o, pg as u32, o)))
+                        .filter(|&(len, _, _)| len >= r)
+                        .min()
+                });
+                let placed = layout.alloc(size, &mut d).unwrap();
+                match (placed, want) {
+                    (Placed::Small { page, off, new_page, .. }, Some(w)) => {
+                        match w {
+                            Some((_, wp, wo)) => assert_eq!((new_page, page, off), (false, wp, wo), "step {step}"),
+                            None => {
+                                assert!(new_page && off == 0, "step {step}");
+                                if model.len() <= page as usize {
+                                    model.resize(page as usize + 1, None);
+                                }
+                                assert!(model[page as usize].is_none(), "step {step}: slot reused while live");
+                                model[page as usize] = Some(Vec::new());
+                            }
+                        }
+                        model[page as usize].as_mut().unwrap().push((off, r));
+                    }
+                    (Placed::Large { bytes, .. }, None) => assert_eq!(bytes, r),
+                    other => panic!("step {step}: {other:?}"),
+                }
+                live.push((placed, size));
+            } else {
+                let (placed, size) = live.swap_remove((x >> 8) as usize % live.len());
+                let released = layout.free(placed, size, &mut d);
+                if let Placed::Small { page, off, .. } = placed {
+                    let a = model[page as usize].as_mut().unwrap();
+                    a.retain(|&(o, _)| o != off);
+                    assert_eq!(released, a.is_empty(), "step {step}");
+                    if a.is_empty() {
+                        model[page as usize] = None;
+                    }
+                }
+            }
+        }
     }
 
     #[test]
