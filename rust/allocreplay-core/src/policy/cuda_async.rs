@@ -46,7 +46,7 @@
 //!   request fails (`cudaErrorMemoryAllocation`). `num_device_alloc` / `num_device_free` count
 //!   chunks mapped from / returned to the device, not remaps inside the pool.
 
-use std::collections::BTreeMap;
+use rustc_hash::FxHashMap;
 
 use super::options::{self, OptDefault, OptionSpec, OptionType, Syntax};
 use super::registry::{PolicyEntry, PolicyKind};
@@ -60,8 +60,10 @@ use crate::error::{Error, Result};
 pub const POOL_ALIGN: u64 = 512;
 /// Physical chunk size of the pool (measured on driver 580.159, H200).
 pub const DEFAULT_CHUNK: u64 = 32 << 20;
-/// `CudaAsync::stamp_start` of a stamp with no free range.
+/// `Range::start` of a stamp with no free range.
 const NO_RANGE: u64 = u64::MAX;
+/// No stamp (the end of a chain of equal-length ranges).
+const NO_STAMP: u32 = u32::MAX;
 /// Virtual range the simulated pool reserves (the driver reserves a large range up front).
 const POOL_VA: u64 = 1 << 40;
 
@@ -141,18 +143,11 @@ pub struct CudaAsync {
     stats: Stats,
     /// Base of the pool's virtual range (reserved at first use).
     base: Option<u64>,
-    /// Freed ranges of the pool below `top` (offsets): start -> (end, recency stamp).
-    by_addr: BTreeMap<u64, (u64, u64)>,
+    /// Freed ranges of the pool below `top` (offsets).
+    free: FreeRanges,
     /// The pool's high-water mark: nothing at or above it was ever handed out. It only grows
     /// (a freed range just below it stays a range of its own).
     top: u64,
-    /// Recency: the start of the free range with each stamp (`NO_RANGE`: none); `recency`
-    /// holds the lengths by stamp, for "newest range that fits".
-    stamp_start: Vec<u64>,
-    /// (length, stamp) -> start: the newest range of exactly a request's size.
-    by_size: BTreeMap<(u64, u64), u64>,
-    recency: MaxTree,
-    next_stamp: u64,
     chunks: Vec<Chunk>,
     /// Candidate idle mapped chunks (stale entries are skipped).
     idle: Vec<u32>,
@@ -218,12 +213,8 @@ impl CudaAsync {
             chunk,
             stats: Stats::default(),
             base: None,
-            by_addr: BTreeMap::new(),
+            free: FreeRanges::default(),
             top: 0,
-            stamp_start: Vec::new(),
-            by_size: BTreeMap::new(),
-            recency: MaxTree::default(),
-            next_stamp: 0,
             chunks: Vec::new(),
             idle: Vec::new(),
             idle_count: 0,
@@ -315,79 +306,29 @@ impl CudaAsync {
         }
     }
 
-    /// A new recency stamp (newer than every other). Stamps index `recency`; when they run
-    /// past its size, the free ranges are renumbered in order (amortised O(log n)).
-    fn stamp(&mut self) -> u64 {
-        if self.next_stamp as usize >= self.recency.len() {
-            // In stamp order, so that recency is kept.
-            let ranges: Vec<(u64, u64)> = self.stamp_start[..self.next_stamp as usize]
-                .iter()
-                .filter(|&&start| start != NO_RANGE)
-                .map(|&start| (start, self.by_addr[&start].0))
-                .collect();
-            self.by_size.clear();
-            self.recency = MaxTree::new((2 * ranges.len() + 2).max(1024));
-            self.stamp_start = vec![NO_RANGE; self.recency.len()];
-            self.next_stamp = 0;
-            for (start, end) in ranges {
-                let st = self.next_stamp;
-                self.next_stamp += 1;
-                self.by_addr.insert(start, (end, st));
-                self.stamp_start[st as usize] = start;
-                self.by_size.insert((end - start, st), start);
-                self.recency.set(st as usize, end - start);
-            }
-        }
-        let st = self.next_stamp;
-        self.next_stamp += 1;
-        st
-    }
-
-    fn insert_free(&mut self, start: u64, end: u64, stamp: u64) {
-        self.by_addr.insert(start, (end, stamp));
-        self.stamp_start[stamp as usize] = start;
-        self.by_size.insert((end - start, stamp), start);
-        self.recency.set(stamp as usize, end - start);
-    }
-
-    fn remove_free(&mut self, start: u64) -> (u64, u64) {
-        let (end, stamp) = self.by_addr.remove(&start).expect("free range");
-        self.stamp_start[stamp as usize] = NO_RANGE;
-        self.by_size.remove(&(end - start, stamp));
-        self.recency.set(stamp as usize, 0);
-        (end, stamp)
-    }
-
     /// The driver's placement, as fitted to GPU replays and real runs (docs/cuda-policies.md):
     /// a freed range of exactly the request's size (the newest of them), else the most recently
     /// freed (or split, or coalesced) range that fits; the pool's unused top only when no freed
-    /// range fits. Returns (start, end).
-    fn find_fit(&self, size: u64) -> Option<(u64, u64)> {
-        if let Some((_, &start)) = self.by_size.range((size, 0)..=(size, u64::MAX)).next_back() {
-            return Some((start, start + size));
+    /// range fits. Returns (start, end, the freed range's stamp or `NO_STAMP` for the top).
+    fn find_fit(&self, size: u64) -> Option<(u64, u64, u32)> {
+        if let Some(stamp) = self.free.newest_of_len(size).or_else(|| self.free.newest_at_least(size)) {
+            let (start, end) = self.free.get(stamp);
+            return Some((start, end, stamp));
         }
-        if let Some(stamp) = self.recency.rightmost_at_least(size) {
-            let start = self.stamp_start[stamp];
-            return Some((start, self.by_addr[&start].0));
-        }
-        (POOL_VA - self.top >= size).then_some((self.top, POOL_VA))
+        (POOL_VA - self.top >= size).then_some((self.top, POOL_VA, NO_STAMP))
     }
 
     /// Returns a range to the pool, coalescing with freed neighbours (never with the unused
     /// top: the high-water mark does not come down); the merged range becomes the most recent.
     fn release_range(&mut self, off: u64, size: u64, device: &mut DeviceMemory) {
         let (mut start, mut end) = (off, off + size);
-        if let Some((&s, &(e, _))) = self.by_addr.range(..start).next_back() {
-            if e == start {
-                self.remove_free(s);
-                start = s;
-            }
+        if let Some(below) = self.free.ending_at(start) {
+            start = self.free.remove(below).0;
         }
-        if self.by_addr.contains_key(&end) {
-            end = self.remove_free(end).0;
+        if let Some(above) = self.free.starting_at(end) {
+            end = self.free.remove(above).1;
         }
-        let stamp = self.stamp();
-        self.insert_free(start, end, stamp);
+        self.free.insert(start, end);
         let (lo, hi) = ((off / self.chunk) as usize, ((off + size - 1) / self.chunk) as usize);
         for c in lo..=hi {
             let ch = &mut self.chunks[c];
@@ -430,7 +371,7 @@ impl Policy for CudaAsync {
             return Ok(Placement { addr: 0, size: 0, segment: base });
         }
         let size = req.size.div_ceil(POOL_ALIGN).saturating_mul(POOL_ALIGN);
-        let Some((off, fit_end)) = self.find_fit(size) else {
+        let Some((off, fit_end, stamp)) = self.find_fit(size) else {
             self.stats.num_ooms += 1;
             return Err(OutOfMemory { alloc_size: size });
         };
@@ -454,13 +395,12 @@ impl Policy for CudaAsync {
         }
         // Commit: split from the front. The rest of a range that was freed (or split) becomes
         // the most recent; from the top, the high-water mark moves up.
-        if off == self.top {
+        if stamp == NO_STAMP {
             self.top += size;
         } else {
-            self.remove_free(off);
+            self.free.remove(stamp);
             if fit_end > off + size {
-                let stamp = self.stamp();
-                self.insert_free(off + size, fit_end, stamp);
+                self.free.insert(off + size, fit_end);
             }
         }
         self.ensure_chunks(hi);
@@ -534,6 +474,146 @@ impl Policy for CudaAsync {
             }],
             _ => Vec::new(),
         }
+    }
+}
+
+/// The pool's freed ranges, indexed for the placement rule and for coalescing: by recency (the
+/// newest range of at least a length), by exact length (the newest of that length) and by either
+/// end (a freed block's neighbours).
+///
+/// Each range has a stamp, newer than every other when the range was made (freed, split or
+/// coalesced); stamps index `ranges` and `recency` and are renumbered in order when they run out.
+/// Nothing here needs the ranges in address order: neighbours are found by their exact
+/// boundary, so starts and ends are hashed. The ranges of one length are chained by stamp,
+/// newest first: a new range always has the newest stamp of all, so it heads its length's chain.
+#[derive(Debug, Default)]
+struct FreeRanges {
+    /// By stamp (`start == NO_RANGE`: none).
+    ranges: Vec<Range>,
+    /// By stamp: each range's length (0: none), for "the newest range that fits".
+    recency: MaxTree,
+    next_stamp: u32,
+    by_start: FxHashMap<u64, u32>,
+    by_end: FxHashMap<u64, u32>,
+    /// Length -> the newest range of exactly that length.
+    by_len: FxHashMap<u64, u32>,
+    /// Renumbering's scratch: the ranges in stamp order.
+    scratch: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    start: u64,
+    end: u64,
+    /// The next older range of the same length (`NO_STAMP`: none).
+    older: u32,
+    /// The next newer range of the same length (`NO_STAMP`: none: this one heads `by_len`).
+    newer: u32,
+}
+
+impl Range {
+    const NONE: Range = Range { start: NO_RANGE, end: NO_RANGE, older: NO_STAMP, newer: NO_STAMP };
+}
+
+impl FreeRanges {
+    /// (start, end) of the range with `stamp`.
+    #[inline]
+    fn get(&self, stamp: u32) -> (u64, u64) {
+        let r = self.ranges[stamp as usize];
+        (r.start, r.end)
+    }
+
+    #[inline]
+    fn ending_at(&self, end: u64) -> Option<u32> {
+        self.by_end.get(&end).copied()
+    }
+
+    #[inline]
+    fn starting_at(&self, start: u64) -> Option<u32> {
+        self.by_start.get(&start).copied()
+    }
+
+    /// The newest range of exactly `len` bytes.
+    #[inline]
+    fn newest_of_len(&self, len: u64) -> Option<u32> {
+        self.by_len.get(&len).copied()
+    }
+
+    /// The newest range of at least `len` bytes.
+    #[inline]
+    fn newest_at_least(&self, len: u64) -> Option<u32> {
+        self.recency.rightmost_at_least(len).map(|i| i as u32)
+    }
+
+    /// Adds `[start, end)` as the newest range.
+    fn insert(&mut self, start: u64, end: u64) {
+        if self.next_stamp as usize >= self.recency.len() {
+            self.renumber();
+        }
+        self.push(start, end);
+    }
+
+    /// Adds `[start, end)` under the next stamp (there is room).
+    fn push(&mut self, start: u64, end: u64) {
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        let len = end - start;
+        let older = self.by_len.insert(len, stamp).unwrap_or(NO_STAMP);
+        if older != NO_STAMP {
+            self.ranges[older as usize].newer = stamp;
+        }
+        self.ranges[stamp as usize] = Range { start, end, older, newer: NO_STAMP };
+        self.by_start.insert(start, stamp);
+        self.by_end.insert(end, stamp);
+        self.recency.set(stamp as usize, len);
+    }
+
+    /// Removes the range with `stamp`; its (start, end).
+    fn remove(&mut self, stamp: u32) -> (u64, u64) {
+        let r = std::mem::replace(&mut self.ranges[stamp as usize], Range::NONE);
+        debug_assert!(r.start != NO_RANGE, "free range");
+        self.by_start.remove(&r.start);
+        self.by_end.remove(&r.end);
+        if r.older != NO_STAMP {
+            self.ranges[r.older as usize].newer = r.newer;
+        }
+        if r.newer != NO_STAMP {
+            self.ranges[r.newer as usize].older = r.older;
+        } else if r.older != NO_STAMP {
+            self.by_len.insert(r.end - r.start, r.older);
+        } else {
+            self.by_len.remove(&(r.end - r.start));
+        }
+        self.recency.set(stamp as usize, 0);
+        (r.start, r.end)
+    }
+
+    /// Stamps ran out: the ranges get stamps 0, 1... in their order (so recency is kept), in a
+    /// tree of at least twice their number (amortised O(1) per stamp).
+    fn renumber(&mut self) {
+        let mut ranges = std::mem::take(&mut self.scratch);
+        ranges.clear();
+        ranges.extend(self.ranges[..self.next_stamp as usize].iter().filter(|r| r.start != NO_RANGE).map(|r| (r.start, r.end)));
+        self.by_start.clear();
+        self.by_end.clear();
+        self.by_len.clear();
+        self.recency = MaxTree::new((2 * ranges.len() + 2).max(1024));
+        assert!(self.recency.len() <= NO_STAMP as usize, "stamps fit in u32");
+        self.ranges.clear();
+        self.ranges.resize(self.recency.len(), Range::NONE);
+        self.next_stamp = 0;
+        for &(start, end) in &ranges {
+            self.push(start, end);
+        }
+        self.scratch = ranges;
+    }
+
+    /// (start, end) of every range, by address.
+    #[cfg(test)]
+    fn by_addr(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self.by_start.values().map(|&st| self.get(st)).collect();
+        v.sort_unstable();
+        v
     }
 }
 
@@ -703,7 +783,7 @@ mod tests {
         free(&mut p, 3, &mut d);
         free(&mut p, 2, &mut d);
         // Everything freed coalesced into one range below the high-water mark, which stays.
-        assert_eq!(p.by_addr.iter().map(|(&s, &(e, _))| (s, e)).collect::<Vec<_>>(), vec![(0, 30 * MIB)]);
+        assert_eq!(p.free.by_addr(), vec![(0, 30 * MIB)]);
         assert_eq!(p.top, 30 * MIB);
         // Threshold UINT64_MAX (PyTorch): nothing goes back.
         assert_eq!(p.stats.reserved, CH);
@@ -779,9 +859,9 @@ mod tests {
         assert_eq!(p.stats.reserved, 96 * MIB);
         assert_eq!((p.stats.num_device_alloc, p.stats.num_device_free), (3, 0));
         // Nothing idle left: 64 MiB more fails and changes nothing.
-        let before = (p.stats.reserved, p.stats.allocated, p.by_addr.clone(), d.used);
+        let before = (p.stats.reserved, p.stats.allocated, p.free.by_addr(), d.used);
         assert_eq!(p.malloc(&req(3, 64 * MIB), &mut d), Err(OutOfMemory { alloc_size: 64 * MIB }));
-        assert_eq!((p.stats.reserved, p.stats.allocated, p.by_addr.clone(), d.used), before);
+        assert_eq!((p.stats.reserved, p.stats.allocated, p.free.by_addr(), d.used), before);
         assert_eq!(p.stats.num_ooms, 1);
         // 1 MiB: the newest freed range that fits is the 40 MiB hole at 0, whose chunk was
         // remapped away; nothing is idle and nothing left under the cap -> OOM.
@@ -820,7 +900,7 @@ mod tests {
                 live_b = id;
             }
         }
-        assert!(p.next_stamp < 2048 && p.recency.len() >= 1024);
+        assert!(p.free.next_stamp < 2048 && p.free.recency.len() >= 1024);
     }
 
     #[test]
