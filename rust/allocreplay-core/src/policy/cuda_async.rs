@@ -60,10 +60,8 @@ use crate::error::{Error, Result};
 pub const POOL_ALIGN: u64 = 512;
 /// Physical chunk size of the pool (measured on driver 580.159, H200).
 pub const DEFAULT_CHUNK: u64 = 32 << 20;
-/// `Range::start` of a stamp with no free range.
-const NO_RANGE: u64 = u64::MAX;
-/// No stamp (the end of a chain of equal-length ranges).
-const NO_STAMP: u32 = u32::MAX;
+/// No block (an index into `Blocks::blocks`, or a block's stamp while it is allocated).
+const NIL: u32 = u32::MAX;
 /// Virtual range the simulated pool reserves (the driver reserves a large range up front).
 const POOL_VA: u64 = 1 << 40;
 
@@ -130,6 +128,8 @@ enum SlotState {
 struct Slot {
     off: u64,
     size: u64,
+    /// The allocation's block (`NIL` for a zero-byte request).
+    block: u32,
     requested: u64,
     state: SlotState,
 }
@@ -143,8 +143,8 @@ pub struct CudaAsync {
     stats: Stats,
     /// Base of the pool's virtual range (reserved at first use).
     base: Option<u64>,
-    /// Freed ranges of the pool below `top` (offsets).
-    free: FreeRanges,
+    /// The pool below `top` (offsets), allocated and freed.
+    blocks: Blocks,
     /// The pool's high-water mark: nothing at or above it was ever handed out. It only grows
     /// (a freed range just below it stays a range of its own).
     top: u64,
@@ -213,7 +213,7 @@ impl CudaAsync {
             chunk,
             stats: Stats::default(),
             base: None,
-            free: FreeRanges::default(),
+            blocks: Blocks::default(),
             top: 0,
             chunks: Vec::new(),
             idle: Vec::new(),
@@ -309,26 +309,18 @@ impl CudaAsync {
     /// The driver's placement, as fitted to GPU replays and real runs (docs/cuda-policies.md):
     /// a freed range of exactly the request's size (the newest of them), else the most recently
     /// freed (or split, or coalesced) range that fits; the pool's unused top only when no freed
-    /// range fits. Returns (start, end, the freed range's stamp or `NO_STAMP` for the top).
-    fn find_fit(&self, size: u64) -> Option<(u64, u64, u32)> {
-        if let Some(stamp) = self.free.newest_of_len(size).or_else(|| self.free.newest_at_least(size)) {
-            let (start, end) = self.free.get(stamp);
-            return Some((start, end, stamp));
+    /// range fits. Returns the freed block, or `NIL` and the top's offset.
+    fn find_fit(&self, size: u64) -> Option<(u32, u64)> {
+        if let Some(b) = self.blocks.newest_of_len(size).or_else(|| self.blocks.newest_at_least(size)) {
+            return Some((b, self.blocks.blocks[b as usize].start));
         }
-        (POOL_VA - self.top >= size).then_some((self.top, POOL_VA, NO_STAMP))
+        (POOL_VA - self.top >= size).then_some((NIL, self.top))
     }
 
     /// Returns a range to the pool, coalescing with freed neighbours (never with the unused
     /// top: the high-water mark does not come down); the merged range becomes the most recent.
-    fn release_range(&mut self, off: u64, size: u64, device: &mut DeviceMemory) {
-        let (mut start, mut end) = (off, off + size);
-        if let Some(below) = self.free.ending_at(start) {
-            start = self.free.remove(below).0;
-        }
-        if let Some(above) = self.free.starting_at(end) {
-            end = self.free.remove(above).1;
-        }
-        self.free.insert(start, end);
+    fn release_range(&mut self, block: u32, off: u64, size: u64, device: &mut DeviceMemory) {
+        self.blocks.release(block);
         let (lo, hi) = ((off / self.chunk) as usize, ((off + size - 1) / self.chunk) as usize);
         for c in lo..=hi {
             let ch = &mut self.chunks[c];
@@ -348,7 +340,7 @@ impl CudaAsync {
         }
         self.live_allocs -= 1;
         if s.size > 0 {
-            self.release_range(s.off, s.size, device);
+            self.release_range(s.block, s.off, s.size, device);
         }
     }
 }
@@ -366,12 +358,12 @@ impl Policy for CudaAsync {
         let base = self.base.expect("pool initialised");
         if req.size == 0 {
             // PyTorch's allocate(0) returns nullptr without calling cudaMallocAsync.
-            self.slots.insert(req.id, Slot { off: 0, size: 0, requested: 0, state: SlotState::Live });
+            self.slots.insert(req.id, Slot { off: 0, size: 0, block: NIL, requested: 0, state: SlotState::Live });
             self.live_allocs += 1;
             return Ok(Placement { addr: 0, size: 0, segment: base });
         }
         let size = req.size.div_ceil(POOL_ALIGN).saturating_mul(POOL_ALIGN);
-        let Some((off, fit_end, stamp)) = self.find_fit(size) else {
+        let Some((fit, off)) = self.find_fit(size) else {
             self.stats.num_ooms += 1;
             return Err(OutOfMemory { alloc_size: size });
         };
@@ -395,14 +387,13 @@ impl Policy for CudaAsync {
         }
         // Commit: split from the front. The rest of a range that was freed (or split) becomes
         // the most recent; from the top, the high-water mark moves up.
-        if stamp == NO_STAMP {
+        let block = if fit == NIL {
             self.top += size;
+            self.blocks.push_top(off, self.top)
         } else {
-            self.free.remove(stamp);
-            if fit_end > off + size {
-                self.free.insert(off + size, fit_end);
-            }
-        }
+            self.blocks.take(fit, size);
+            fit
+        };
         self.ensure_chunks(hi);
         for c in lo..=hi {
             if !self.chunks[c].mapped {
@@ -430,7 +421,7 @@ impl Policy for CudaAsync {
             self.chunks[c].live += 1;
         }
         self.stats.add_allocated(req.size, req.size);
-        self.slots.insert(req.id, Slot { off, size, requested: req.size, state: SlotState::Live });
+        self.slots.insert(req.id, Slot { off, size, block, requested: req.size, state: SlotState::Live });
         self.live_allocs += 1;
         Ok(Placement { addr: base + off, size, segment: base })
     }
@@ -477,141 +468,212 @@ impl Policy for CudaAsync {
     }
 }
 
-/// The pool's freed ranges, indexed for the placement rule and for coalescing: by recency (the
-/// newest range of at least a length), by exact length (the newest of that length) and by either
-/// end (a freed block's neighbours).
+/// The pool below its high-water mark as a list of blocks by address, each a live allocation's
+/// range or a freed range (freed neighbours coalesce at once, so two freed blocks are never
+/// adjacent), with the freed ones indexed for the placement rule: by recency (the newest of at
+/// least a length) and by exact length (the newest of that length).
 ///
-/// Each range has a stamp, newer than every other when the range was made (freed, split or
-/// coalesced); stamps index `ranges` and `recency` and are renumbered in order when they run out.
-/// Nothing here needs the ranges in address order: neighbours are found by their exact
-/// boundary, so starts and ends are hashed. The ranges of one length are chained by stamp,
-/// newest first: a new range always has the newest stamp of all, so it heads its length's chain.
-#[derive(Debug, Default)]
-struct FreeRanges {
-    /// By stamp (`start == NO_RANGE`: none).
-    ranges: Vec<Range>,
-    /// By stamp: each range's length (0: none), for "the newest range that fits".
+/// Each freed block has a stamp, newer than every other when it was made (freed, split or
+/// coalesced); stamps index `by_stamp` and `recency` and are renumbered in order when they run
+/// out. The freed blocks of one length are chained newest first: a new one always has the newest
+/// stamp of all, so it heads its length's chain.
+#[derive(Debug)]
+struct Blocks {
+    blocks: Vec<Block>,
+    /// Indices of `blocks` to reuse.
+    spare: Vec<u32>,
+    /// The block that ends at the pool's top (`NIL`: none yet).
+    last: u32,
+    /// Freed blocks by stamp (`NIL`: none).
+    by_stamp: Vec<u32>,
+    /// By stamp: the freed block's length (0: none), for "the newest range that fits".
     recency: MaxTree,
     next_stamp: u32,
-    by_start: FxHashMap<u64, u32>,
-    by_end: FxHashMap<u64, u32>,
-    /// Length -> the newest range of exactly that length.
+    /// Length -> the newest freed block of exactly that length.
     by_len: FxHashMap<u64, u32>,
-    /// Renumbering's scratch: the ranges in stamp order.
-    scratch: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Range {
+struct Block {
     start: u64,
     end: u64,
-    /// The next older range of the same length (`NO_STAMP`: none).
+    /// Neighbours by address (`NIL`: the pool's start, or its unused top).
+    prev: u32,
+    next: u32,
+    /// Freed: its recency stamp; `NIL` while allocated.
+    stamp: u32,
+    /// Freed: the next older and newer freed blocks of the same length (`NIL`: none; no newer
+    /// one: this one heads `by_len`).
     older: u32,
-    /// The next newer range of the same length (`NO_STAMP`: none: this one heads `by_len`).
     newer: u32,
 }
 
-impl Range {
-    const NONE: Range = Range { start: NO_RANGE, end: NO_RANGE, older: NO_STAMP, newer: NO_STAMP };
+impl Default for Blocks {
+    fn default() -> Self {
+        Blocks {
+            blocks: Vec::new(),
+            spare: Vec::new(),
+            last: NIL,
+            by_stamp: Vec::new(),
+            recency: MaxTree::default(),
+            next_stamp: 0,
+            by_len: FxHashMap::default(),
+        }
+    }
 }
 
-impl FreeRanges {
-    /// (start, end) of the range with `stamp`.
-    #[inline]
-    fn get(&self, stamp: u32) -> (u64, u64) {
-        let r = self.ranges[stamp as usize];
-        (r.start, r.end)
+impl Blocks {
+    fn new_block(&mut self, b: Block) -> u32 {
+        match self.spare.pop() {
+            Some(i) => {
+                self.blocks[i as usize] = b;
+                i
+            }
+            None => {
+                self.blocks.push(b);
+                (self.blocks.len() - 1) as u32
+            }
+        }
     }
 
-    #[inline]
-    fn ending_at(&self, end: u64) -> Option<u32> {
-        self.by_end.get(&end).copied()
+    /// A new allocated block `[start, end)` at the top of the pool (which moved up to `end`).
+    fn push_top(&mut self, start: u64, end: u64) -> u32 {
+        let prev = self.last;
+        let b = self.new_block(Block { start, end, prev, next: NIL, stamp: NIL, older: NIL, newer: NIL });
+        if prev != NIL {
+            self.blocks[prev as usize].next = b;
+        }
+        self.last = b;
+        b
     }
 
-    #[inline]
-    fn starting_at(&self, start: u64) -> Option<u32> {
-        self.by_start.get(&start).copied()
-    }
-
-    /// The newest range of exactly `len` bytes.
+    /// The newest freed block of exactly `len` bytes.
     #[inline]
     fn newest_of_len(&self, len: u64) -> Option<u32> {
         self.by_len.get(&len).copied()
     }
 
-    /// The newest range of at least `len` bytes.
+    /// The newest freed block of at least `len` bytes.
     #[inline]
     fn newest_at_least(&self, len: u64) -> Option<u32> {
-        self.recency.rightmost_at_least(len).map(|i| i as u32)
+        self.recency.rightmost_at_least(len).map(|stamp| self.by_stamp[stamp])
     }
 
-    /// Adds `[start, end)` as the newest range.
-    fn insert(&mut self, start: u64, end: u64) {
+    /// Allocates `size` bytes at the front of freed block `b`; the rest becomes a freed block
+    /// of its own, the newest.
+    fn take(&mut self, b: u32, size: u64) {
+        self.unfree(b);
+        let blk = self.blocks[b as usize];
+        let split = blk.start + size;
+        if split < blk.end {
+            let rest = self.new_block(Block { start: split, end: blk.end, prev: b, next: blk.next, stamp: NIL, older: NIL, newer: NIL });
+            if blk.next == NIL {
+                self.last = rest;
+            } else {
+                self.blocks[blk.next as usize].prev = rest;
+            }
+            let blk = &mut self.blocks[b as usize];
+            blk.end = split;
+            blk.next = rest;
+            self.free(rest);
+        }
+    }
+
+    /// Allocated block `b` is freed: it absorbs its freed neighbours and becomes the newest.
+    fn release(&mut self, b: u32) {
+        let Block { prev, next, .. } = self.blocks[b as usize];
+        if prev != NIL && self.blocks[prev as usize].stamp != NIL {
+            self.unfree(prev);
+            self.blocks[b as usize].start = self.blocks[prev as usize].start;
+            self.unlink(prev);
+        }
+        if next != NIL && self.blocks[next as usize].stamp != NIL {
+            self.unfree(next);
+            self.blocks[b as usize].end = self.blocks[next as usize].end;
+            self.unlink(next);
+        }
+        self.free(b);
+    }
+
+    /// Removes block `b` from the list (its neighbour took its range).
+    fn unlink(&mut self, b: u32) {
+        let Block { prev, next, .. } = self.blocks[b as usize];
+        if prev != NIL {
+            self.blocks[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.last = prev;
+        } else {
+            self.blocks[next as usize].prev = prev;
+        }
+        self.spare.push(b);
+    }
+
+    /// Block `b` becomes a freed range, the newest.
+    fn free(&mut self, b: u32) {
         if self.next_stamp as usize >= self.recency.len() {
             self.renumber();
         }
-        self.push(start, end);
-    }
-
-    /// Adds `[start, end)` under the next stamp (there is room).
-    fn push(&mut self, start: u64, end: u64) {
         let stamp = self.next_stamp;
         self.next_stamp += 1;
-        let len = end - start;
-        let older = self.by_len.insert(len, stamp).unwrap_or(NO_STAMP);
-        if older != NO_STAMP {
-            self.ranges[older as usize].newer = stamp;
+        let len = self.blocks[b as usize].end - self.blocks[b as usize].start;
+        let older = self.by_len.insert(len, b).unwrap_or(NIL);
+        if older != NIL {
+            self.blocks[older as usize].newer = b;
         }
-        self.ranges[stamp as usize] = Range { start, end, older, newer: NO_STAMP };
-        self.by_start.insert(start, stamp);
-        self.by_end.insert(end, stamp);
+        let blk = &mut self.blocks[b as usize];
+        (blk.stamp, blk.older, blk.newer) = (stamp, older, NIL);
+        self.by_stamp[stamp as usize] = b;
         self.recency.set(stamp as usize, len);
     }
 
-    /// Removes the range with `stamp`; its (start, end).
-    fn remove(&mut self, stamp: u32) -> (u64, u64) {
-        let r = std::mem::replace(&mut self.ranges[stamp as usize], Range::NONE);
-        debug_assert!(r.start != NO_RANGE, "free range");
-        self.by_start.remove(&r.start);
-        self.by_end.remove(&r.end);
-        if r.older != NO_STAMP {
-            self.ranges[r.older as usize].newer = r.newer;
+    /// Freed block `b` leaves the freed ranges (it is allocated, or merged into a neighbour).
+    fn unfree(&mut self, b: u32) {
+        let Block { start, end, stamp, older, newer, .. } = self.blocks[b as usize];
+        debug_assert!(stamp != NIL, "a freed block");
+        self.blocks[b as usize].stamp = NIL;
+        if older != NIL {
+            self.blocks[older as usize].newer = newer;
         }
-        if r.newer != NO_STAMP {
-            self.ranges[r.newer as usize].older = r.older;
-        } else if r.older != NO_STAMP {
-            self.by_len.insert(r.end - r.start, r.older);
+        if newer != NIL {
+            self.blocks[newer as usize].older = older;
+        } else if older != NIL {
+            self.by_len.insert(end - start, older);
         } else {
-            self.by_len.remove(&(r.end - r.start));
+            self.by_len.remove(&(end - start));
         }
+        self.by_stamp[stamp as usize] = NIL;
         self.recency.set(stamp as usize, 0);
-        (r.start, r.end)
     }
 
-    /// Stamps ran out: the ranges get stamps 0, 1... in their order (so recency is kept), in a
-    /// tree of at least twice their number (amortised O(1) per stamp).
+    /// Stamps ran out: the freed blocks get stamps 0, 1... in their order (so recency is
+    /// kept), in a tree of at least twice their number (amortised O(1) per stamp).
     fn renumber(&mut self) {
-        let mut ranges = std::mem::take(&mut self.scratch);
-        ranges.clear();
-        ranges.extend(self.ranges[..self.next_stamp as usize].iter().filter(|r| r.start != NO_RANGE).map(|r| (r.start, r.end)));
-        self.by_start.clear();
-        self.by_end.clear();
-        self.by_len.clear();
-        self.recency = MaxTree::new((2 * ranges.len() + 2).max(1024));
-        assert!(self.recency.len() <= NO_STAMP as usize, "stamps fit in u32");
-        self.ranges.clear();
-        self.ranges.resize(self.recency.len(), Range::NONE);
-        self.next_stamp = 0;
-        for &(start, end) in &ranges {
-            self.push(start, end);
+        let mut n = 0;
+        for i in 0..self.next_stamp as usize {
+            let b = self.by_stamp[i];
+            if b != NIL {
+                self.by_stamp[n] = b;
+                n += 1;
+            }
         }
-        self.scratch = ranges;
+        self.recency = MaxTree::new((2 * n + 2).max(1024));
+        assert!(self.recency.len() < NIL as usize, "stamps fit in u32");
+        self.by_stamp.truncate(n);
+        self.by_stamp.resize(self.recency.len(), NIL);
+        for stamp in 0..n {
+            let blk = &mut self.blocks[self.by_stamp[stamp] as usize];
+            blk.stamp = stamp as u32;
+            self.recency.set(stamp, blk.end - blk.start);
+        }
+        self.next_stamp = n as u32;
     }
 
-    /// (start, end) of every range, by address.
+    /// (start, end) of every freed range, by address.
     #[cfg(test)]
-    fn by_addr(&self) -> Vec<(u64, u64)> {
-        let mut v: Vec<(u64, u64)> = self.by_start.values().map(|&st| self.get(st)).collect();
+    fn free_ranges(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> =
+            self.by_stamp.iter().filter(|&&b| b != NIL).map(|&b| (self.blocks[b as usize].start, self.blocks[b as usize].end)).collect();
         v.sort_unstable();
         v
     }
@@ -783,7 +845,7 @@ mod tests {
         free(&mut p, 3, &mut d);
         free(&mut p, 2, &mut d);
         // Everything freed coalesced into one range below the high-water mark, which stays.
-        assert_eq!(p.free.by_addr(), vec![(0, 30 * MIB)]);
+        assert_eq!(p.blocks.free_ranges(), vec![(0, 30 * MIB)]);
         assert_eq!(p.top, 30 * MIB);
         // Threshold UINT64_MAX (PyTorch): nothing goes back.
         assert_eq!(p.stats.reserved, CH);
@@ -859,9 +921,9 @@ mod tests {
         assert_eq!(p.stats.reserved, 96 * MIB);
         assert_eq!((p.stats.num_device_alloc, p.stats.num_device_free), (3, 0));
         // Nothing idle left: 64 MiB more fails and changes nothing.
-        let before = (p.stats.reserved, p.stats.allocated, p.free.by_addr(), d.used);
+        let before = (p.stats.reserved, p.stats.allocated, p.blocks.free_ranges(), d.used);
         assert_eq!(p.malloc(&req(3, 64 * MIB), &mut d), Err(OutOfMemory { alloc_size: 64 * MIB }));
-        assert_eq!((p.stats.reserved, p.stats.allocated, p.free.by_addr(), d.used), before);
+        assert_eq!((p.stats.reserved, p.stats.allocated, p.blocks.free_ranges(), d.used), before);
         assert_eq!(p.stats.num_ooms, 1);
         // 1 MiB: the newest freed range that fits is the 40 MiB hole at 0, whose chunk was
         // remapped away; nothing is idle and nothing left under the cap -> OOM.
@@ -900,7 +962,7 @@ mod tests {
                 live_b = id;
             }
         }
-        assert!(p.free.next_stamp < 2048 && p.free.recency.len() >= 1024);
+        assert!(p.blocks.next_stamp < 2048 && p.blocks.recency.len() >= 1024);
     }
 
     #[test]
