@@ -62,6 +62,8 @@ pub const POOL_ALIGN: u64 = 512;
 pub const DEFAULT_CHUNK: u64 = 32 << 20;
 /// No block (an index into `Blocks::blocks`, or a block's stamp while it is allocated).
 const NIL: u32 = u32::MAX;
+/// The fewest stamps the recency tree has room for.
+const MIN_STAMPS: usize = 1024;
 /// Virtual range the simulated pool reserves (the driver reserves a large range up front).
 const POOL_VA: u64 = 1 << 40;
 
@@ -556,7 +558,8 @@ impl Blocks {
     /// The newest freed block of at least `len` bytes.
     #[inline]
     fn newest_at_least(&self, len: u64) -> Option<u32> {
-        self.recency.rightmost_at_least(len).map(|stamp| self.by_stamp[stamp])
+        let newest = self.next_stamp.checked_sub(1)? as usize;
+        self.recency.rightmost_at_least(len, newest).map(|stamp| self.by_stamp[stamp])
     }
 
     /// Allocates `size` bytes at the front of freed block `b`; the rest becomes a freed block
@@ -657,15 +660,14 @@ impl Blocks {
                 n += 1;
             }
         }
-        self.recency = MaxTree::new((2 * n + 2).max(1024));
-        assert!(self.recency.len() < NIL as usize, "stamps fit in u32");
         self.by_stamp.truncate(n);
-        self.by_stamp.resize(self.recency.len(), NIL);
-        for stamp in 0..n {
-            let blk = &mut self.blocks[self.by_stamp[stamp] as usize];
-            blk.stamp = stamp as u32;
-            self.recency.set(stamp, blk.end - blk.start);
+        for (stamp, &b) in self.by_stamp.iter().enumerate() {
+            self.blocks[b as usize].stamp = stamp as u32;
         }
+        let blocks = &self.blocks;
+        self.recency.rebuild((2 * n + 2).max(MIN_STAMPS), self.by_stamp.iter().map(|&b| blocks[b as usize].end - blocks[b as usize].start));
+        assert!(self.recency.len() < NIL as usize, "stamps fit in u32");
+        self.by_stamp.resize(self.recency.len(), NIL);
         self.next_stamp = n as u32;
     }
 
@@ -688,9 +690,17 @@ struct MaxTree {
 }
 
 impl MaxTree {
-    fn new(n: usize) -> Self {
-        let n = n.next_power_of_two();
-        MaxTree { n, t: vec![0; 2 * n] }
+    /// A tree of at least `n` leaves with the given leading values (the rest 0), built bottom
+    /// up in O(n); the buffer is reused.
+    fn rebuild(&mut self, n: usize, values: impl ExactSizeIterator<Item = u64>) {
+        self.n = n.max(values.len()).next_power_of_two();
+        self.t.clear();
+        self.t.resize(self.n, 0);
+        self.t.extend(values);
+        self.t.resize(2 * self.n, 0);
+        for i in (1..self.n).rev() {
+            self.t[i] = self.t[2 * i].max(self.t[2 * i + 1]);
+        }
     }
 
     fn len(&self) -> usize {
@@ -710,14 +720,27 @@ impl MaxTree {
         }
     }
 
-    /// The highest index whose value is at least `v`.
-    fn rightmost_at_least(&self, v: u64) -> Option<usize> {
-        if self.n == 0 || self.t[1] < v {
+    /// The highest index at most `last` whose value is at least `v`. The search starts at
+    /// `last` and widens leftwards, subtree by subtree, so it costs O(log d) for an answer `d`
+    /// indices away (the newest ranges are at the right: that is where requests usually fit).
+    fn rightmost_at_least(&self, v: u64, last: usize) -> Option<usize> {
+        if last >= self.n || self.t[1] < v {
             return None;
         }
-        let mut i = 1;
+        // The smallest subtree ending at `last` (its leaf), then each next one to its left.
+        let mut i = last + self.n;
+        while self.t[i] < v {
+            while i.is_multiple_of(2) {
+                i /= 2; // a left child: its left neighbour is its parent's
+            }
+            if i == 1 {
+                return None; // the whole tree was searched
+            }
+            i -= 1;
+        }
+        // Down the subtree that has one, keeping to the right.
         while i < self.n {
-            i = if self.t[2 * i + 1] >= v { 2 * i + 1 } else { 2 * i };
+            i = 2 * i + usize::from(self.t[2 * i + 1] >= v);
         }
         Some(i - self.n)
     }
@@ -991,6 +1014,28 @@ mod tests {
         // 4 chunks; nothing idle -> a new chunk.
         assert_eq!(p.malloc(&req(5, CH), &mut d).unwrap().addr - p.base.unwrap(), 4 * CH);
         assert_eq!((p.stats.reserved, p.stats.num_device_alloc), (5 * CH, 5));
+    }
+
+    #[test]
+    fn max_tree_finds_the_rightmost_value_at_least() {
+        let mut rng = crate::test_rng::XorShift64::new(0x2545_f491_4f6c_dd1d);
+        let mut t = MaxTree::default();
+        for n in [1usize, 2, 5, 64, 100] {
+            let values: Vec<u64> = (0..n).map(|_| rng.next_u64() % 8).collect();
+            t.rebuild(n, values.iter().copied());
+            let mut values = values;
+            values.resize(t.len(), 0);
+            for step in 0..2000 {
+                let (i, v) = ((rng.next_u64() as usize) % t.len(), rng.next_u64() % 8);
+                if step % 2 == 0 {
+                    t.set(i, v);
+                    values[i] = v;
+                }
+                let last = (rng.next_u64() as usize) % t.len();
+                let want = values.iter().take(last + 1).rposition(|&x| x >= v);
+                assert_eq!(t.rightmost_at_least(v, last), want, "n {n} step {step} last {last} v {v}");
+            }
+        }
     }
 
     #[test]
