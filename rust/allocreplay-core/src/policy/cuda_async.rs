@@ -46,7 +46,7 @@
 //!   request fails (`cudaErrorMemoryAllocation`). `num_device_alloc` / `num_device_free` count
 //!   chunks mapped from / returned to the device, not remaps inside the pool.
 
-use std::collections::BTreeMap;
+use rustc_hash::FxHashMap;
 
 use super::options::{self, OptDefault, OptionSpec, OptionType, Syntax};
 use super::registry::{PolicyEntry, PolicyKind};
@@ -60,8 +60,10 @@ use crate::error::{Error, Result};
 pub const POOL_ALIGN: u64 = 512;
 /// Physical chunk size of the pool (measured on driver 580.159, H200).
 pub const DEFAULT_CHUNK: u64 = 32 << 20;
-/// `CudaAsync::stamp_start` of a stamp with no free range.
-const NO_RANGE: u64 = u64::MAX;
+/// No block (an index into `Blocks::blocks`, or a block's stamp while it is allocated).
+const NIL: u32 = u32::MAX;
+/// The fewest stamps the recency tree has room for.
+const MIN_STAMPS: usize = 1024;
 /// Virtual range the simulated pool reserves (the driver reserves a large range up front).
 const POOL_VA: u64 = 1 << 40;
 
@@ -128,6 +130,8 @@ enum SlotState {
 struct Slot {
     off: u64,
     size: u64,
+    /// The allocation's block (`NIL` for a zero-byte request).
+    block: u32,
     requested: u64,
     state: SlotState,
 }
@@ -141,18 +145,11 @@ pub struct CudaAsync {
     stats: Stats,
     /// Base of the pool's virtual range (reserved at first use).
     base: Option<u64>,
-    /// Freed ranges of the pool below `top` (offsets): start -> (end, recency stamp).
-    by_addr: BTreeMap<u64, (u64, u64)>,
+    /// The pool below `top` (offsets), allocated and freed.
+    blocks: Blocks,
     /// The pool's high-water mark: nothing at or above it was ever handed out. It only grows
     /// (a freed range just below it stays a range of its own).
     top: u64,
-    /// Recency: the start of the free range with each stamp (`NO_RANGE`: none); `recency`
-    /// holds the lengths by stamp, for "newest range that fits".
-    stamp_start: Vec<u64>,
-    /// (length, stamp) -> start: the newest range of exactly a request's size.
-    by_size: BTreeMap<(u64, u64), u64>,
-    recency: MaxTree,
-    next_stamp: u64,
     chunks: Vec<Chunk>,
     /// Candidate idle mapped chunks (stale entries are skipped).
     idle: Vec<u32>,
@@ -218,12 +215,8 @@ impl CudaAsync {
             chunk,
             stats: Stats::default(),
             base: None,
-            by_addr: BTreeMap::new(),
+            blocks: Blocks::default(),
             top: 0,
-            stamp_start: Vec::new(),
-            by_size: BTreeMap::new(),
-            recency: MaxTree::default(),
-            next_stamp: 0,
             chunks: Vec::new(),
             idle: Vec::new(),
             idle_count: 0,
@@ -315,79 +308,21 @@ impl CudaAsync {
         }
     }
 
-    /// A new recency stamp (newer than every other). Stamps index `recency`; when they run
-    /// past its size, the free ranges are renumbered in order (amortised O(log n)).
-    fn stamp(&mut self) -> u64 {
-        if self.next_stamp as usize >= self.recency.len() {
-            // In stamp order, so that recency is kept.
-            let ranges: Vec<(u64, u64)> = self.stamp_start[..self.next_stamp as usize]
-                .iter()
-                .filter(|&&start| start != NO_RANGE)
-                .map(|&start| (start, self.by_addr[&start].0))
-                .collect();
-            self.by_size.clear();
-            self.recency = MaxTree::new((2 * ranges.len() + 2).max(1024));
-            self.stamp_start = vec![NO_RANGE; self.recency.len()];
-            self.next_stamp = 0;
-            for (start, end) in ranges {
-                let st = self.next_stamp;
-                self.next_stamp += 1;
-                self.by_addr.insert(start, (end, st));
-                self.stamp_start[st as usize] = start;
-                self.by_size.insert((end - start, st), start);
-                self.recency.set(st as usize, end - start);
-            }
-        }
-        let st = self.next_stamp;
-        self.next_stamp += 1;
-        st
-    }
-
-    fn insert_free(&mut self, start: u64, end: u64, stamp: u64) {
-        self.by_addr.insert(start, (end, stamp));
-        self.stamp_start[stamp as usize] = start;
-        self.by_size.insert((end - start, stamp), start);
-        self.recency.set(stamp as usize, end - start);
-    }
-
-    fn remove_free(&mut self, start: u64) -> (u64, u64) {
-        let (end, stamp) = self.by_addr.remove(&start).expect("free range");
-        self.stamp_start[stamp as usize] = NO_RANGE;
-        self.by_size.remove(&(end - start, stamp));
-        self.recency.set(stamp as usize, 0);
-        (end, stamp)
-    }
-
     /// The driver's placement, as fitted to GPU replays and real runs (docs/cuda-policies.md):
     /// a freed range of exactly the request's size (the newest of them), else the most recently
     /// freed (or split, or coalesced) range that fits; the pool's unused top only when no freed
-    /// range fits. Returns (start, end).
-    fn find_fit(&self, size: u64) -> Option<(u64, u64)> {
-        if let Some((_, &start)) = self.by_size.range((size, 0)..=(size, u64::MAX)).next_back() {
-            return Some((start, start + size));
+    /// range fits. Returns the freed block, or `NIL` and the top's offset.
+    fn find_fit(&self, size: u64) -> Option<(u32, u64)> {
+        if let Some(b) = self.blocks.newest_of_len(size).or_else(|| self.blocks.newest_at_least(size)) {
+            return Some((b, self.blocks.blocks[b as usize].start));
         }
-        if let Some(stamp) = self.recency.rightmost_at_least(size) {
-            let start = self.stamp_start[stamp];
-            return Some((start, self.by_addr[&start].0));
-        }
-        (POOL_VA - self.top >= size).then_some((self.top, POOL_VA))
+        (POOL_VA - self.top >= size).then_some((NIL, self.top))
     }
 
     /// Returns a range to the pool, coalescing with freed neighbours (never with the unused
     /// top: the high-water mark does not come down); the merged range becomes the most recent.
-    fn release_range(&mut self, off: u64, size: u64, device: &mut DeviceMemory) {
-        let (mut start, mut end) = (off, off + size);
-        if let Some((&s, &(e, _))) = self.by_addr.range(..start).next_back() {
-            if e == start {
-                self.remove_free(s);
-                start = s;
-            }
-        }
-        if self.by_addr.contains_key(&end) {
-            end = self.remove_free(end).0;
-        }
-        let stamp = self.stamp();
-        self.insert_free(start, end, stamp);
+    fn release_range(&mut self, block: u32, off: u64, size: u64, device: &mut DeviceMemory) {
+        self.blocks.release(block);
         let (lo, hi) = ((off / self.chunk) as usize, ((off + size - 1) / self.chunk) as usize);
         for c in lo..=hi {
             let ch = &mut self.chunks[c];
@@ -407,7 +342,7 @@ impl CudaAsync {
         }
         self.live_allocs -= 1;
         if s.size > 0 {
-            self.release_range(s.off, s.size, device);
+            self.release_range(s.block, s.off, s.size, device);
         }
     }
 }
@@ -425,12 +360,12 @@ impl Policy for CudaAsync {
         let base = self.base.expect("pool initialised");
         if req.size == 0 {
             // PyTorch's allocate(0) returns nullptr without calling cudaMallocAsync.
-            self.slots.insert(req.id, Slot { off: 0, size: 0, requested: 0, state: SlotState::Live });
+            self.slots.insert(req.id, Slot { off: 0, size: 0, block: NIL, requested: 0, state: SlotState::Live });
             self.live_allocs += 1;
             return Ok(Placement { addr: 0, size: 0, segment: base });
         }
         let size = req.size.div_ceil(POOL_ALIGN).saturating_mul(POOL_ALIGN);
-        let Some((off, fit_end)) = self.find_fit(size) else {
+        let Some((fit, off)) = self.find_fit(size) else {
             self.stats.num_ooms += 1;
             return Err(OutOfMemory { alloc_size: size });
         };
@@ -454,15 +389,13 @@ impl Policy for CudaAsync {
         }
         // Commit: split from the front. The rest of a range that was freed (or split) becomes
         // the most recent; from the top, the high-water mark moves up.
-        if off == self.top {
+        let block = if fit == NIL {
             self.top += size;
+            self.blocks.push_top(off, self.top)
         } else {
-            self.remove_free(off);
-            if fit_end > off + size {
-                let stamp = self.stamp();
-                self.insert_free(off + size, fit_end, stamp);
-            }
-        }
+            self.blocks.take(fit, size);
+            fit
+        };
         self.ensure_chunks(hi);
         for c in lo..=hi {
             if !self.chunks[c].mapped {
@@ -490,7 +423,7 @@ impl Policy for CudaAsync {
             self.chunks[c].live += 1;
         }
         self.stats.add_allocated(req.size, req.size);
-        self.slots.insert(req.id, Slot { off, size, requested: req.size, state: SlotState::Live });
+        self.slots.insert(req.id, Slot { off, size, block, requested: req.size, state: SlotState::Live });
         self.live_allocs += 1;
         Ok(Placement { addr: base + off, size, segment: base })
     }
@@ -537,6 +470,217 @@ impl Policy for CudaAsync {
     }
 }
 
+/// The pool below its high-water mark as a list of blocks by address, each a live allocation's
+/// range or a freed range (freed neighbours coalesce at once, so two freed blocks are never
+/// adjacent), with the freed ones indexed for the placement rule: by recency (the newest of at
+/// least a length) and by exact length (the newest of that length).
+///
+/// Each freed block has a stamp, newer than every other when it was made (freed, split or
+/// coalesced); stamps index `by_stamp` and `recency` and are renumbered in order when they run
+/// out. The freed blocks of one length are chained newest first: a new one always has the newest
+/// stamp of all, so it heads its length's chain.
+#[derive(Debug)]
+struct Blocks {
+    blocks: Vec<Block>,
+    /// Indices of `blocks` to reuse.
+    spare: Vec<u32>,
+    /// The block that ends at the pool's top (`NIL`: none yet).
+    last: u32,
+    /// Freed blocks by stamp (`NIL`: none).
+    by_stamp: Vec<u32>,
+    /// By stamp: the freed block's length (0: none), for "the newest range that fits".
+    recency: MaxTree,
+    next_stamp: u32,
+    /// Length -> the newest freed block of exactly that length.
+    by_len: FxHashMap<u64, u32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    start: u64,
+    end: u64,
+    /// Neighbours by address (`NIL`: the pool's start, or its unused top).
+    prev: u32,
+    next: u32,
+    /// Freed: its recency stamp; `NIL` while allocated.
+    stamp: u32,
+    /// Freed: the next older and newer freed blocks of the same length (`NIL`: none; no newer
+    /// one: this one heads `by_len`).
+    older: u32,
+    newer: u32,
+}
+
+impl Default for Blocks {
+    fn default() -> Self {
+        Blocks {
+            blocks: Vec::new(),
+            spare: Vec::new(),
+            last: NIL,
+            by_stamp: Vec::new(),
+            recency: MaxTree::default(),
+            next_stamp: 0,
+            by_len: FxHashMap::default(),
+        }
+    }
+}
+
+impl Blocks {
+    fn new_block(&mut self, b: Block) -> u32 {
+        match self.spare.pop() {
+            Some(i) => {
+                self.blocks[i as usize] = b;
+                i
+            }
+            None => {
+                self.blocks.push(b);
+                (self.blocks.len() - 1) as u32
+            }
+        }
+    }
+
+    /// A new allocated block `[start, end)` at the top of the pool (which moved up to `end`).
+    fn push_top(&mut self, start: u64, end: u64) -> u32 {
+        let prev = self.last;
+        let b = self.new_block(Block { start, end, prev, next: NIL, stamp: NIL, older: NIL, newer: NIL });
+        if prev != NIL {
+            self.blocks[prev as usize].next = b;
+        }
+        self.last = b;
+        b
+    }
+
+    /// The newest freed block of exactly `len` bytes.
+    #[inline]
+    fn newest_of_len(&self, len: u64) -> Option<u32> {
+        self.by_len.get(&len).copied()
+    }
+
+    /// The newest freed block of at least `len` bytes.
+    #[inline]
+    fn newest_at_least(&self, len: u64) -> Option<u32> {
+        let newest = self.next_stamp.checked_sub(1)? as usize;
+        self.recency.rightmost_at_least(len, newest).map(|stamp| self.by_stamp[stamp])
+    }
+
+    /// Allocates `size` bytes at the front of freed block `b`; the rest becomes a freed block
+    /// of its own, the newest.
+    fn take(&mut self, b: u32, size: u64) {
+        self.unfree(b);
+        let blk = self.blocks[b as usize];
+        let split = blk.start + size;
+        if split < blk.end {
+            let rest = self.new_block(Block { start: split, end: blk.end, prev: b, next: blk.next, stamp: NIL, older: NIL, newer: NIL });
+            if blk.next == NIL {
+                self.last = rest;
+            } else {
+                self.blocks[blk.next as usize].prev = rest;
+            }
+            let blk = &mut self.blocks[b as usize];
+            blk.end = split;
+            blk.next = rest;
+            self.free(rest);
+        }
+    }
+
+    /// Allocated block `b` is freed: it absorbs its freed neighbours and becomes the newest.
+    fn release(&mut self, b: u32) {
+        let Block { prev, next, .. } = self.blocks[b as usize];
+        if prev != NIL && self.blocks[prev as usize].stamp != NIL {
+            self.unfree(prev);
+            self.blocks[b as usize].start = self.blocks[prev as usize].start;
+            self.unlink(prev);
+        }
+        if next != NIL && self.blocks[next as usize].stamp != NIL {
+            self.unfree(next);
+            self.blocks[b as usize].end = self.blocks[next as usize].end;
+            self.unlink(next);
+        }
+        self.free(b);
+    }
+
+    /// Removes block `b` from the list (its neighbour took its range).
+    fn unlink(&mut self, b: u32) {
+        let Block { prev, next, .. } = self.blocks[b as usize];
+        if prev != NIL {
+            self.blocks[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.last = prev;
+        } else {
+            self.blocks[next as usize].prev = prev;
+        }
+        self.spare.push(b);
+    }
+
+    /// Block `b` becomes a freed range, the newest.
+    fn free(&mut self, b: u32) {
+        if self.next_stamp as usize >= self.recency.len() {
+            self.renumber();
+        }
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        let len = self.blocks[b as usize].end - self.blocks[b as usize].start;
+        let older = self.by_len.insert(len, b).unwrap_or(NIL);
+        if older != NIL {
+            self.blocks[older as usize].newer = b;
+        }
+        let blk = &mut self.blocks[b as usize];
+        (blk.stamp, blk.older, blk.newer) = (stamp, older, NIL);
+        self.by_stamp[stamp as usize] = b;
+        self.recency.set(stamp as usize, len);
+    }
+
+    /// Freed block `b` leaves the freed ranges (it is allocated, or merged into a neighbour).
+    fn unfree(&mut self, b: u32) {
+        let Block { start, end, stamp, older, newer, .. } = self.blocks[b as usize];
+        debug_assert!(stamp != NIL, "a freed block");
+        self.blocks[b as usize].stamp = NIL;
+        if older != NIL {
+            self.blocks[older as usize].newer = newer;
+        }
+        if newer != NIL {
+            self.blocks[newer as usize].older = older;
+        } else if older != NIL {
+            self.by_len.insert(end - start, older);
+        } else {
+            self.by_len.remove(&(end - start));
+        }
+        self.by_stamp[stamp as usize] = NIL;
+        self.recency.set(stamp as usize, 0);
+    }
+
+    /// Stamps ran out: the freed blocks get stamps 0, 1... in their order (so recency is
+    /// kept), in a tree of at least twice their number (amortised O(1) per stamp).
+    fn renumber(&mut self) {
+        let mut n = 0;
+        for i in 0..self.next_stamp as usize {
+            let b = self.by_stamp[i];
+            if b != NIL {
+                self.by_stamp[n] = b;
+                n += 1;
+            }
+        }
+        self.by_stamp.truncate(n);
+        for (stamp, &b) in self.by_stamp.iter().enumerate() {
+            self.blocks[b as usize].stamp = stamp as u32;
+        }
+        let blocks = &self.blocks;
+        self.recency.rebuild((2 * n + 2).max(MIN_STAMPS), self.by_stamp.iter().map(|&b| blocks[b as usize].end - blocks[b as usize].start));
+        assert!(self.recency.len() < NIL as usize, "stamps fit in u32");
+        self.by_stamp.resize(self.recency.len(), NIL);
+        self.next_stamp = n as u32;
+    }
+
+    /// (start, end) of every freed range, by address.
+    #[cfg(test)]
+    fn free_ranges(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> =
+            self.by_stamp.iter().filter(|&&b| b != NIL).map(|&b| (self.blocks[b as usize].start, self.blocks[b as usize].end)).collect();
+        v.sort_unstable();
+        v
+    }
+}
+
 /// A max segment tree over recency stamps: the length of the free range with each stamp
 /// (0: none), to find the newest range of at least a size in O(log n).
 #[derive(Debug, Default)]
@@ -546,9 +690,17 @@ struct MaxTree {
 }
 
 impl MaxTree {
-    fn new(n: usize) -> Self {
-        let n = n.next_power_of_two();
-        MaxTree { n, t: vec![0; 2 * n] }
+    /// A tree of at least `n` leaves with the given leading values (the rest 0), built bottom
+    /// up in O(n); the buffer is reused.
+    fn rebuild(&mut self, n: usize, values: impl ExactSizeIterator<Item = u64>) {
+        self.n = n.max(values.len()).next_power_of_two();
+        self.t.clear();
+        self.t.resize(self.n, 0);
+        self.t.extend(values);
+        self.t.resize(2 * self.n, 0);
+        for i in (1..self.n).rev() {
+            self.t[i] = self.t[2 * i].max(self.t[2 * i + 1]);
+        }
     }
 
     fn len(&self) -> usize {
@@ -568,14 +720,27 @@ impl MaxTree {
         }
     }
 
-    /// The highest index whose value is at least `v`.
-    fn rightmost_at_least(&self, v: u64) -> Option<usize> {
-        if self.n == 0 || self.t[1] < v {
+    /// The highest index at most `last` whose value is at least `v`. The search starts at
+    /// `last` and widens leftwards, subtree by subtree, so it costs O(log d) for an answer `d`
+    /// indices away (the newest ranges are at the right: that is where requests usually fit).
+    fn rightmost_at_least(&self, v: u64, last: usize) -> Option<usize> {
+        if last >= self.n || self.t[1] < v {
             return None;
         }
-        let mut i = 1;
+        // The smallest subtree ending at `last` (its leaf), then each next one to its left.
+        let mut i = last + self.n;
+        while self.t[i] < v {
+            while i.is_multiple_of(2) {
+                i /= 2; // a left child: its left neighbour is its parent's
+            }
+            if i == 1 {
+                return None; // the whole tree was searched
+            }
+            i -= 1;
+        }
+        // Down the subtree that has one, keeping to the right.
         while i < self.n {
-            i = if self.t[2 * i + 1] >= v { 2 * i + 1 } else { 2 * i };
+            i = 2 * i + usize::from(self.t[2 * i + 1] >= v);
         }
         Some(i - self.n)
     }
@@ -703,7 +868,7 @@ mod tests {
         free(&mut p, 3, &mut d);
         free(&mut p, 2, &mut d);
         // Everything freed coalesced into one range below the high-water mark, which stays.
-        assert_eq!(p.by_addr.iter().map(|(&s, &(e, _))| (s, e)).collect::<Vec<_>>(), vec![(0, 30 * MIB)]);
+        assert_eq!(p.blocks.free_ranges(), vec![(0, 30 * MIB)]);
         assert_eq!(p.top, 30 * MIB);
         // Threshold UINT64_MAX (PyTorch): nothing goes back.
         assert_eq!(p.stats.reserved, CH);
@@ -779,9 +944,9 @@ mod tests {
         assert_eq!(p.stats.reserved, 96 * MIB);
         assert_eq!((p.stats.num_device_alloc, p.stats.num_device_free), (3, 0));
         // Nothing idle left: 64 MiB more fails and changes nothing.
-        let before = (p.stats.reserved, p.stats.allocated, p.by_addr.clone(), d.used);
+        let before = (p.stats.reserved, p.stats.allocated, p.blocks.free_ranges(), d.used);
         assert_eq!(p.malloc(&req(3, 64 * MIB), &mut d), Err(OutOfMemory { alloc_size: 64 * MIB }));
-        assert_eq!((p.stats.reserved, p.stats.allocated, p.by_addr.clone(), d.used), before);
+        assert_eq!((p.stats.reserved, p.stats.allocated, p.blocks.free_ranges(), d.used), before);
         assert_eq!(p.stats.num_ooms, 1);
         // 1 MiB: the newest freed range that fits is the 40 MiB hole at 0, whose chunk was
         // remapped away; nothing is idle and nothing left under the cap -> OOM.
@@ -820,7 +985,7 @@ mod tests {
                 live_b = id;
             }
         }
-        assert!(p.next_stamp < 2048 && p.recency.len() >= 1024);
+        assert!(p.blocks.next_stamp < 2048 && p.blocks.recency.len() >= 1024);
     }
 
     #[test]
@@ -849,6 +1014,28 @@ mod tests {
         // 4 chunks; nothing idle -> a new chunk.
         assert_eq!(p.malloc(&req(5, CH), &mut d).unwrap().addr - p.base.unwrap(), 4 * CH);
         assert_eq!((p.stats.reserved, p.stats.num_device_alloc), (5 * CH, 5));
+    }
+
+    #[test]
+    fn max_tree_finds_the_rightmost_value_at_least() {
+        let mut rng = crate::test_rng::XorShift64::new(0x2545_f491_4f6c_dd1d);
+        let mut t = MaxTree::default();
+        for n in [1usize, 2, 5, 64, 100] {
+            let values: Vec<u64> = (0..n).map(|_| rng.next_u64() % 8).collect();
+            t.rebuild(n, values.iter().copied());
+            let mut values = values;
+            values.resize(t.len(), 0);
+            for step in 0..2000 {
+                let (i, v) = ((rng.next_u64() as usize) % t.len(), rng.next_u64() % 8);
+                if step % 2 == 0 {
+                    t.set(i, v);
+                    values[i] = v;
+                }
+                let last = (rng.next_u64() as usize) % t.len();
+                let want = values.iter().take(last + 1).rposition(|&x| x >= v);
+                assert_eq!(t.rightmost_at_least(v, last), want, "n {n} step {step} last {last} v {v}");
+            }
+        }
     }
 
     #[test]
