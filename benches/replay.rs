@@ -39,6 +39,8 @@ fn main() {
         .map(String::from)
         .to_vec(),
     };
+    // What `allocreplay.replay()` asks for: a timeline of at most 2,000 points, no placements.
+    let opts = ReplayOptions { timeline: Some(2000), ..ReplayOptions::default() };
     for spec in &specs {
         let spec = spec.as_str();
         let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(device), capacity: None };
@@ -47,7 +49,7 @@ fn main() {
         while start.elapsed() < Duration::from_secs(2) || runs < 3 {
             let run = Instant::now();
             let mut policy = build(spec, &ctx).unwrap();
-            let r = replay_device(&trace, device, policy.as_mut(), &ReplayOptions::default());
+            let r = replay_device(&trace, device, policy.as_mut(), &opts);
             best = best.max(r.events as f64 / run.elapsed().as_secs_f64());
             events += r.events;
             runs += 1;

@@ -128,7 +128,7 @@ pub fn replay_device_hooked(
     // timeline is downsampled as it is built (memory O(points), not O(events)).
     let stop = hooks.stop_after.map_or(n, |s| (s + 1).min(n));
     let requests = match opts.timeline {
-        Some(_) => (0..stop).filter(|&i| c.device[i] == device && is_timeline_request(c.action[i], c.seed.value(i))).count(),
+        Some(_) => count_timeline_requests(&c, device, 0..stop),
         None => 0,
     };
     let mut r = DeviceReplayer::new(device, policy, opts, max_id, requests);
@@ -199,19 +199,21 @@ impl<'p> DeviceReplayer<'p> {
         let opts = &self.opts;
         let policy = &mut *self.policy;
         let dev = &mut self.dev;
+        // Most traces have no seed rows: then the seed bit is not read row by row.
+        let any_seed = c.seed.true_count() > 0;
         let mut reported = 0usize;
         for j in 0..stop {
-            if let Some(p) = hooks.progress {
-                if j - reported == PROGRESS_EVERY {
+            if j - reported == PROGRESS_EVERY {
+                if let Some(p) = hooks.progress {
                     p.fetch_add(PROGRESS_EVERY as u64, Ordering::Relaxed);
-                    reported = j;
                 }
+                reported = j;
             }
             if c.device[j] != device {
                 continue;
             }
             let Some(action) = Action::from_code(c.action[j]) else { continue };
-            let seed = c.seed.value(j);
+            let seed = any_seed && c.seed.value(j);
             let i = base + j;
             dev.event = i;
             match action {
@@ -339,6 +341,18 @@ impl<'p> DeviceReplayer<'p> {
     }
 }
 
+/// How many of the rows in `rows` add a timeline point on `device` ([`is_timeline_request`]).
+pub fn count_timeline_requests(c: &Columns<'_>, device: i32, rows: std::ops::Range<usize>) -> usize {
+    let (alloc, free_req, free_done, oom) =
+        (Action::Alloc as u8, Action::FreeRequested as u8, Action::FreeCompleted as u8, Action::Oom as u8);
+    let plain = rows
+        .clone()
+        .filter(|&i| c.device[i] == device && matches!(c.action[i], a if a == alloc || a == free_req || a == free_done))
+        .count();
+    // A recorded OOM counts outside the seed only (the seed bit is read for those rows alone).
+    plain + rows.filter(|&i| c.action[i] == oom && c.device[i] == device && !c.seed.value(i)).count()
+}
+
 /// The events that add a timeline point: the requests replayed (allocs, frees, a recorded OOM
 /// outside the seed).
 pub fn is_timeline_request(action: u8, seed: bool) -> bool {
@@ -347,35 +361,58 @@ pub fn is_timeline_request(action: u8, seed: bool) -> bool {
 }
 
 /// [`downsample`] as the points arrive: buckets of `total.div_ceil(max_points)` points, each
-/// kept as its maximum stamped with its last event.
+/// kept as its maximum stamped with its last event. Called once per replayed request: the
+/// open bucket is plain fields (maxima from 0: byte counts are never negative).
 struct Downsampler {
     per: usize,
     in_bucket: usize,
-    bucket: Option<TimelinePoint>,
+    allocated: u64,
+    reserved: u64,
+    last_event: usize,
+    last_time: Option<i64>,
     out: Vec<TimelinePoint>,
 }
 
 impl Downsampler {
     fn new(total: usize, max_points: usize) -> Self {
         let per = if max_points == 0 || total <= max_points { 1 } else { total.div_ceil(max_points) };
-        Downsampler { per, in_bucket: 0, bucket: None, out: Vec::with_capacity(total.div_ceil(per)) }
+        Downsampler {
+            per,
+            in_bucket: 0,
+            allocated: 0,
+            reserved: 0,
+            last_event: 0,
+            last_time: None,
+            out: Vec::with_capacity(total.div_ceil(per)),
+        }
     }
 
     #[inline]
     fn push(&mut self, p: TimelinePoint) {
-        self.bucket = Some(match self.bucket {
-            None => p,
-            Some(b) => TimelinePoint { allocated: b.allocated.max(p.allocated), reserved: b.reserved.max(p.reserved), ..p },
-        });
+        self.allocated = self.allocated.max(p.allocated);
+        self.reserved = self.reserved.max(p.reserved);
+        self.last_event = p.event;
+        self.last_time = p.time_ns;
         self.in_bucket += 1;
         if self.in_bucket == self.per {
-            self.out.extend(self.bucket.take());
-            self.in_bucket = 0;
+            self.close_bucket();
         }
     }
 
+    fn close_bucket(&mut self) {
+        self.out.push(TimelinePoint {
+            event: self.last_event,
+            time_ns: self.last_time,
+            allocated: self.allocated,
+            reserved: self.reserved,
+        });
+        (self.in_bucket, self.allocated, self.reserved) = (0, 0, 0);
+    }
+
     fn finish(mut self) -> Vec<TimelinePoint> {
-        self.out.extend(self.bucket.take());
+        if self.in_bucket > 0 {
+            self.close_bucket();
+        }
         self.out
     }
 }
