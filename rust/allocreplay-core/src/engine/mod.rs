@@ -343,14 +343,20 @@ impl<'p> DeviceReplayer<'p> {
 
 /// How many of the rows in `rows` add a timeline point on `device` ([`is_timeline_request`]).
 pub fn count_timeline_requests(c: &Columns<'_>, device: i32, rows: std::ops::Range<usize>) -> usize {
-    let (alloc, free_req, free_done, oom) =
-        (Action::Alloc as u8, Action::FreeRequested as u8, Action::FreeCompleted as u8, Action::Oom as u8);
-    let plain = rows
-        .clone()
-        .filter(|&i| c.device[i] == device && matches!(c.action[i], a if a == alloc || a == free_req || a == free_done))
-        .count();
-    // A recorded OOM counts outside the seed only (the seed bit is read for those rows alone).
-    plain + rows.filter(|&i| c.action[i] == oom && c.device[i] == device && !c.seed.value(i)).count()
+    let (last_request, oom) = (Action::FreeCompleted as u8, Action::Oom as u8);
+    debug_assert!(Action::Alloc as u8 == 0 && Action::FreeRequested as u8 == 1);
+    // One branch-free pass (allocs and frees are codes 0-2); recorded OOMs, rare, are counted
+    // again with their seed bit only when there are any.
+    let (mut requests, mut any_oom) = (0usize, false);
+    for i in rows.clone() {
+        let (on, a) = (c.device[i] == device, c.action[i]);
+        requests += usize::from(on & (a <= last_request));
+        any_oom |= on & (a == oom);
+    }
+    if any_oom {
+        requests += rows.filter(|&i| c.action[i] == oom && c.device[i] == device && !c.seed.value(i)).count();
+    }
+    requests
 }
 
 /// The events that add a timeline point: the requests replayed (allocs, frees, a recorded OOM

@@ -105,6 +105,8 @@ pub struct Bfc {
     /// `Bin::free_chunks`, ordered by `ChunkComparator`: (size, ptr), packed as one `u128`
     /// key ([`bin_key`]: free chunks never share an address); the value is the chunk's handle.
     bins: Vec<SortedMap>,
+    /// Bit `b`: bin `b` holds a free chunk (`FindChunkPtr` skips empty bins without looking).
+    nonempty_bins: u32,
     /// `RegionManager::regions_`, by base address.
     regions: BTreeMap<u64, Region>,
     /// Live chunks by trace allocation id.
@@ -146,6 +148,7 @@ impl Bfc {
             chunks: Vec::with_capacity(1024),
             unused_head: NONE,
             bins: (0..K_NUM_BINS).map(|_| SortedMap::default()).collect(),
+            nonempty_bins: 0,
             regions: BTreeMap::new(),
             live: Default::default(),
             seed_region_base: None,
@@ -227,14 +230,19 @@ impl Bfc {
         let b = bin_num_for_size(size);
         self.cm(h).bin_num = b as i8;
         self.bins[b].insert(bin_key(size, ptr), h);
+        self.nonempty_bins |= 1 << b;
     }
 
     /// `RemoveFreeChunkFromBin`.
     fn remove_free_chunk_from_bin(&mut self, h: u32) {
         let c = *self.c(h);
         debug_assert!(!c.in_use && c.bin_num >= 0);
-        let removed = self.bins[c.bin_num as usize].remove(&bin_key(c.size, c.ptr));
+        let bin = &mut self.bins[c.bin_num as usize];
+        let removed = bin.remove(&bin_key(c.size, c.ptr));
         debug_assert_eq!(removed, Some(h), "could not find chunk in bin");
+        if bin.is_empty() {
+            self.nonempty_bins &= !(1 << c.bin_num);
+        }
         self.cm(h).bin_num = -1;
     }
 
@@ -321,8 +329,15 @@ impl Bfc {
     /// `FindChunkPtr`: from the request's bin upwards, the first free chunk (in (size, address)
     /// order) that fits: the smallest fitting chunk, lowest address on ties.
     fn find_chunk_ptr(&mut self, rounded: u64, req: &Request) -> Option<Placement> {
-        for b in bin_num_for_size(rounded)..K_NUM_BINS {
-            let Some((key, h)) = self.bins[b].range(bin_key(rounded, 0), None).next() else { continue };
+        let first = bin_num_for_size(rounded);
+        let mut bins = self.nonempty_bins & (u32::MAX << first);
+        while bins != 0 {
+            let b = bins.trailing_zeros() as usize;
+            bins &= bins - 1;
+            // Every chunk of a bin above the request's is at least twice its bin's lower bound,
+            // so larger than the request: the bin's first chunk is the fit.
+            let found = if b == first { self.bins[b].range(bin_key(rounded, 0), None).next() } else { self.bins[b].first() };
+            let Some((key, h)) = found else { continue };
             let size = (key >> 64) as u64;
             self.remove_free_chunk_from_bin(h);
             if self.should_split(size, rounded) {

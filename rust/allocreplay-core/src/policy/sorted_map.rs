@@ -199,6 +199,24 @@ impl SortedMap {
         }
     }
 
+    pub fn is_empty(&self) -> bool {
+        match self {
+            SortedMap::Small(m) => m.entries.len() == usize::from(m.hole.is_some()),
+            SortedMap::Large(m) => m.is_empty(),
+        }
+    }
+
+    /// The entry with the least key (no search: the array's first entry not a hole).
+    pub fn first(&self) -> Option<(u128, u32)> {
+        match self {
+            SortedMap::Small(m) => {
+                let i = usize::from(m.hole == Some(0));
+                m.entries.get(i).map(|e| (e.key(), e.val))
+            }
+            SortedMap::Large(m) => m.first_key_value().map(|(&k, &v)| (k, v)),
+        }
+    }
+
     /// Every entry, in key order.
     pub fn iter(&self) -> Iter<'_> {
         self.range(0, None)
@@ -283,6 +301,7 @@ mod tests {
                 assert_eq!(a, b, "step {step}");
             }
             assert_eq!(ours.len(), theirs.len());
+            assert_eq!(ours.first(), theirs.first_key_value().map(|(&k, &v)| (k, v)), "step {step}");
         }
         assert!(matches!(ours, SortedMap::Large(_)), "grew past SPILL");
         let a: Vec<_> = ours.iter().collect();
@@ -316,6 +335,8 @@ mod tests {
             let b: Vec<_> = theirs.range(lo..).rev().map(|(&k, &v)| (k, v)).collect();
             assert_eq!(a, b, "step {step}");
             assert_eq!(ours.len(), theirs.len());
+            assert_eq!(ours.is_empty(), theirs.is_empty());
+            assert_eq!(ours.first(), theirs.first_key_value().map(|(&k, &v)| (k, v)), "step {step}");
         }
         assert!(matches!(ours, SortedMap::Small(_)), "stayed an array");
     }
