@@ -132,7 +132,7 @@ pub fn replay_device_hooked(
         None => 0,
     };
     let mut r = DeviceReplayer::new(device, policy, opts, max_id, requests);
-    r.start = start;
+    r.state.start = start;
     r.feed(trace.batch(), 0, hooks);
     r.finish()
 }
@@ -141,8 +141,15 @@ pub fn replay_device_hooked(
 /// a trace held whole is one batch, a streamed file many. Its state is the policy's and
 /// O(live allocations): nothing is kept per event (the timeline is downsampled as it is built).
 pub struct DeviceReplayer<'p> {
-    device: i32,
     policy: &'p mut dyn Policy,
+    state: ReplayState,
+}
+
+/// A device replay's state besides the policy (see [`DeviceReplayer`]); the policy's
+/// [`Policy::replay_rows`] runs the loop over it.
+#[doc(hidden)]
+pub struct ReplayState {
+    device: i32,
     opts: ReplayOptions,
     start: Instant,
     dev: DeviceMemory,
@@ -167,9 +174,8 @@ impl<'p> DeviceReplayer<'p> {
         if opts.device_events {
             dev.log = Some(Vec::new());
         }
-        DeviceReplayer {
+        let state = ReplayState {
             device,
-            policy,
             opts: opts.clone(),
             start: Instant::now(),
             dev,
@@ -182,163 +188,175 @@ impl<'p> DeviceReplayer<'p> {
             pending_hints: Vec::new(),
             peak_reserved: 0,
             peak_allocated: 0,
-        }
+        };
+        DeviceReplayer { policy, state }
     }
 
     /// Replays the rows of `batch`, whose first row is event `base` of the trace. Returns false
     /// once `hooks.stop_after` is reached (the rows after it are not replayed).
     pub fn feed(&mut self, batch: &RecordBatch, base: usize, hooks: &mut Hooks<'_>) -> bool {
-        let c = Columns::of(batch);
-        let chunk_col = batch.column_by_name("chunk_bytes").and_then(|col| col.as_primitive_opt::<UInt64Type>());
-        let n = batch.num_rows();
-        let (stop, stopped) = match hooks.stop_after {
-            Some(s) if s < base + n => ((s + 1).saturating_sub(base), true),
-            _ => (n, false),
-        };
-        let device = self.device;
-        let opts = &self.opts;
-        let policy = &mut *self.policy;
-        let dev = &mut self.dev;
-        // Most traces have no seed rows: then the seed bit is not read row by row.
-        let any_seed = c.seed.true_count() > 0;
-        let mut reported = 0usize;
-        for j in 0..stop {
-            if j - reported == PROGRESS_EVERY {
-                if let Some(p) = hooks.progress {
-                    p.fetch_add(PROGRESS_EVERY as u64, Ordering::Relaxed);
-                }
-                reported = j;
-            }
-            if c.device[j] != device {
-                continue;
-            }
-            let Some(action) = Action::from_code(c.action[j]) else { continue };
-            let seed = any_seed && c.seed.value(j);
-            let i = base + j;
-            dev.event = i;
-            match action {
-                Action::Alloc => {
-                    self.events += 1;
-                    let id = c.alloc_id[j];
-                    let recorded_addr = c.addr.is_valid(j).then(|| c.addr.value(j));
-                    let recorded_chunk = chunk_col.filter(|col| col.is_valid(j)).map(|col| col.value(j));
-                    let req =
-                        Request { event: i, id, size: c.size[j], stream: c.stream[j], pool: c.pool[j], recorded_addr, recorded_chunk };
-                    if opts.recorded_addresses {
-                        dev.set_hints(self.pending_hints.drain(..));
-                        dev.request_hint = recorded_addr;
-                    }
-                    let res: Result<Placement, OutOfMemory> = if seed { policy.seed_alloc(&req, dev) } else { policy.malloc(&req, dev) };
-                    dev.clear_hints();
-                    match res {
-                        Ok(p) => {
-                            if opts.placements {
-                                self.placements.push(PlacementRow { event: i, id, placement: p });
-                            }
-                        }
-                        Err(oom) => {
-                            self.failed.insert(id);
-                            self.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
-                        }
-                    }
-                }
-                Action::FreeRequested => {
-                    self.events += 1;
-                    let id = c.alloc_id[j];
-                    if c.alloc_id_valid(j) && (self.failed.is_empty() || !self.failed.contains(&id)) {
-                        policy.free_requested(id, dev);
-                    }
-                }
-                Action::FreeCompleted => {
-                    self.events += 1;
-                    let id = c.alloc_id[j];
-                    if c.alloc_id_valid(j) && (self.failed.is_empty() || !self.failed.remove(&id)) {
-                        policy.free_completed(id, dev);
-                    }
-                }
-                // c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: when no block
-                // could be found or made, even after freeing the cache and retrying, the allocator
-                // records TraceEntry::OOM with the request's (rounded) size and throws. The request
-                // is replayed: the policy must fail it too. One that serves it hands the block
-                // straight back, since the caller got an exception and holds nothing.
-                Action::Oom if !seed => {
-                    self.events += 1;
-                    let oom_id = self.oom_id;
-                    let req = Request {
-                        event: i,
-                        id: oom_id,
-                        size: c.size[j],
-                        stream: c.stream[j],
-                        pool: c.pool[j],
-                        recorded_addr: None,
-                        recorded_chunk: None,
-                    };
-                    dev.request_hint = None;
-                    match policy.malloc(&req, dev) {
-                        Ok(_) => {
-                            policy.free_requested(oom_id, dev);
-                            policy.free_completed(oom_id, dev);
-                        }
-                        Err(oom) => {
-                            self.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
-                        }
-                    }
-                }
-                Action::EmptyCache => {
-                    self.events += 1;
-                    policy.empty_cache(dev);
-                }
-                Action::SegmentAlloc | Action::SegmentMap => {
-                    if seed {
-                        let addr = c.addr.value(j);
-                        policy.seed_segment(addr, c.size[j], c.stream[j], c.pool[j], dev);
-                    } else if opts.recorded_addresses && c.addr.is_valid(j) {
-                        self.pending_hints.push((c.addr.value(j), c.size[j]));
-                    }
-                    continue;
-                }
-                _ => continue,
-            }
-            let s = policy.stats();
-            if s.reserved > self.peak_reserved {
-                self.peak_reserved = s.reserved;
-                hooks.peak_reserved_event = Some(i);
-            }
-            if s.allocated > self.peak_allocated {
-                self.peak_allocated = s.allocated;
-                hooks.peak_allocated_event = Some(i);
-            }
-            if let Some(t) = self.timeline.as_mut() {
-                t.push(TimelinePoint {
-                    event: i,
-                    time_ns: c.time_ns.is_valid(j).then(|| c.time_ns.value(j)),
-                    allocated: s.allocated,
-                    reserved: s.reserved,
-                });
-            }
-        }
-        if let Some(p) = hooks.progress {
-            p.fetch_add((stop - reported) as u64, Ordering::Relaxed);
-        }
-        !stopped
+        self.policy.replay_rows(&mut self.state, batch, base, hooks)
     }
 
     /// The replay's result, once every batch was fed (or the replay stopped).
     pub fn finish(mut self) -> DeviceReplay {
-        let timeline = self.timeline.take().map(Downsampler::finish).unwrap_or_default();
+        let timeline = self.state.timeline.take().map(Downsampler::finish).unwrap_or_default();
         DeviceReplay {
             policy: self.policy.name(),
-            device: self.device,
+            device: self.state.device,
             stats: self.policy.stats().clone(),
-            events: self.events,
-            first_oom: self.first_oom,
-            replay_seconds: self.start.elapsed().as_secs_f64(),
+            events: self.state.events,
+            first_oom: self.state.first_oom,
+            replay_seconds: self.state.start.elapsed().as_secs_f64(),
             timeline,
             segments: self.policy.segments(),
-            placements: self.placements,
-            device_events: self.dev.log.take().unwrap_or_default(),
+            placements: self.state.placements,
+            device_events: self.state.dev.log.take().unwrap_or_default(),
         }
     }
+}
+
+/// The replay loop over one batch (`DeviceReplayer::feed`), generic over the policy: called
+/// from the default method [`Policy::replay_rows`], each policy type gets its own copy, whose
+/// calls to `malloc`, `free_*` and `stats` (several per event) are static and can be inlined.
+pub(crate) fn feed_rows<P: Policy + ?Sized>(
+    policy: &mut P,
+    st: &mut ReplayState,
+    batch: &RecordBatch,
+    base: usize,
+    hooks: &mut Hooks<'_>,
+) -> bool {
+    let c = Columns::of(batch);
+    let chunk_col = batch.column_by_name("chunk_bytes").and_then(|col| col.as_primitive_opt::<UInt64Type>());
+    let n = batch.num_rows();
+    let (stop, stopped) = match hooks.stop_after {
+        Some(s) if s < base + n => ((s + 1).saturating_sub(base), true),
+        _ => (n, false),
+    };
+    let device = st.device;
+    let opts = &st.opts;
+    let dev = &mut st.dev;
+    // Most traces have no seed rows: then the seed bit is not read row by row.
+    let any_seed = c.seed.true_count() > 0;
+    let mut reported = 0usize;
+    for j in 0..stop {
+        if j - reported == PROGRESS_EVERY {
+            if let Some(p) = hooks.progress {
+                p.fetch_add(PROGRESS_EVERY as u64, Ordering::Relaxed);
+            }
+            reported = j;
+        }
+        if c.device[j] != device {
+            continue;
+        }
+        let Some(action) = Action::from_code(c.action[j]) else { continue };
+        let seed = any_seed && c.seed.value(j);
+        let i = base + j;
+        dev.event = i;
+        match action {
+            Action::Alloc => {
+                st.events += 1;
+                let id = c.alloc_id[j];
+                let recorded_addr = c.addr.is_valid(j).then(|| c.addr.value(j));
+                let recorded_chunk = chunk_col.filter(|col| col.is_valid(j)).map(|col| col.value(j));
+                let req = Request { event: i, id, size: c.size[j], stream: c.stream[j], pool: c.pool[j], recorded_addr, recorded_chunk };
+                if opts.recorded_addresses {
+                    dev.set_hints(st.pending_hints.drain(..));
+                    dev.request_hint = recorded_addr;
+                }
+                let res: Result<Placement, OutOfMemory> = if seed { policy.seed_alloc(&req, dev) } else { policy.malloc(&req, dev) };
+                dev.clear_hints();
+                match res {
+                    Ok(p) => {
+                        if opts.placements {
+                            st.placements.push(PlacementRow { event: i, id, placement: p });
+                        }
+                    }
+                    Err(oom) => {
+                        st.failed.insert(id);
+                        st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
+                    }
+                }
+            }
+            Action::FreeRequested => {
+                st.events += 1;
+                let id = c.alloc_id[j];
+                if c.alloc_id_valid(j) && (st.failed.is_empty() || !st.failed.contains(&id)) {
+                    policy.free_requested(id, dev);
+                }
+            }
+            Action::FreeCompleted => {
+                st.events += 1;
+                let id = c.alloc_id[j];
+                if c.alloc_id_valid(j) && (st.failed.is_empty() || !st.failed.remove(&id)) {
+                    policy.free_completed(id, dev);
+                }
+            }
+            // c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: when no block
+            // could be found or made, even after freeing the cache and retrying, the allocator
+            // records TraceEntry::OOM with the request's (rounded) size and throws. The request
+            // is replayed: the policy must fail it too. One that serves it hands the block
+            // straight back, since the caller got an exception and holds nothing.
+            Action::Oom if !seed => {
+                st.events += 1;
+                let oom_id = st.oom_id;
+                let req = Request {
+                    event: i,
+                    id: oom_id,
+                    size: c.size[j],
+                    stream: c.stream[j],
+                    pool: c.pool[j],
+                    recorded_addr: None,
+                    recorded_chunk: None,
+                };
+                dev.request_hint = None;
+                match policy.malloc(&req, dev) {
+                    Ok(_) => {
+                        policy.free_requested(oom_id, dev);
+                        policy.free_completed(oom_id, dev);
+                    }
+                    Err(oom) => {
+                        st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
+                    }
+                }
+            }
+            Action::EmptyCache => {
+                st.events += 1;
+                policy.empty_cache(dev);
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                if seed {
+                    let addr = c.addr.value(j);
+                    policy.seed_segment(addr, c.size[j], c.stream[j], c.pool[j], dev);
+                } else if opts.recorded_addresses && c.addr.is_valid(j) {
+                    st.pending_hints.push((c.addr.value(j), c.size[j]));
+                }
+                continue;
+            }
+            _ => continue,
+        }
+        let s = policy.stats();
+        if s.reserved > st.peak_reserved {
+            st.peak_reserved = s.reserved;
+            hooks.peak_reserved_event = Some(i);
+        }
+        if s.allocated > st.peak_allocated {
+            st.peak_allocated = s.allocated;
+            hooks.peak_allocated_event = Some(i);
+        }
+        if let Some(t) = st.timeline.as_mut() {
+            t.push(TimelinePoint {
+                event: i,
+                time_ns: c.time_ns.is_valid(j).then(|| c.time_ns.value(j)),
+                allocated: s.allocated,
+                reserved: s.reserved,
+            });
+        }
+    }
+    if let Some(p) = hooks.progress {
+        p.fetch_add((stop - reported) as u64, Ordering::Relaxed);
+    }
+    !stopped
 }
 
 /// How many of the rows in `rows` add a timeline point on `device` ([`is_timeline_request`]).

@@ -39,6 +39,8 @@ pub(crate) fn unservable(size: u64, stats: &mut Stats) -> Option<OutOfMemory> {
 
 use crate::engine::device::DeviceMemory;
 use crate::engine::stats::Stats;
+use crate::engine::{Hooks, ReplayState};
+use arrow_array::RecordBatch;
 
 /// One allocation request.
 #[derive(Debug, Clone, Copy)]
@@ -140,5 +142,14 @@ pub trait Policy {
     /// and calls the rest of each segment free).
     fn blocks(&self) -> Option<Vec<BlockInfo>> {
         None
+    }
+
+    /// Replays a batch of trace rows through this policy: the engine's loop
+    /// ([`crate::engine::DeviceReplayer::feed`]). A default method, so that every policy type
+    /// gets its own copy of the loop with static calls to its own methods; not meant to be
+    /// overridden.
+    #[doc(hidden)]
+    fn replay_rows(&mut self, state: &mut ReplayState, batch: &RecordBatch, base: usize, hooks: &mut Hooks<'_>) -> bool {
+        crate::engine::feed_rows(self, state, batch, base, hooks)
     }
 }
