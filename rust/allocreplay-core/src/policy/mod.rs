@@ -55,10 +55,12 @@ pub struct Request {
     /// Index into the trace's pool table (0 = default pool; others are private pools such as
     /// CUDA-graph pools).
     pub pool: u32,
-    /// The address the recorded run returned, when known (used by `validate`).
+    /// The address the recorded run returned, when known, for a seed allocation or in a replay
+    /// at the recorded addresses (`validate`); `None` in other replays.
     pub recorded_addr: Option<u64>,
     /// The block / chunk size the recorded run gave it, when the trace knows it
-    /// (`chunk_bytes`: BFC's allocation_bytes, seeds of a truncated PyTorch history).
+    /// (`chunk_bytes`: BFC's allocation_bytes, seeds of a truncated PyTorch history); like
+    /// `recorded_addr`, only for seeds and in `validate`.
     pub recorded_chunk: Option<u64>,
 }
 
