@@ -10,6 +10,8 @@ use std::fmt;
 
 use rustc_hash::FxHashMap;
 
+use super::prefault::Prefaulter;
+
 /// One decoded value. Containers and strings are indices into the `Pickle` arena, so a value
 /// is `Copy` and a memo lookup (BINGET) shares the container like Python does.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -96,6 +98,13 @@ impl<'a> Pickle<'a> {
         }
     }
 
+    /// Frees the arenas on another thread (`prefault::drop_in_background`): for the large
+    /// parses, whose release is a noticeable part of a load.
+    pub(crate) fn drop_in_background(self) {
+        let Pickle { spans, seqs, dicts, records, boxed, .. } = self;
+        super::prefault::drop_in_background((spans, seqs, dicts, records, boxed));
+    }
+
     /// Bound of the indices in `Value::List` and `Value::Tuple` (one index space), for caches
     /// keyed by object identity.
     pub fn list_count(&self) -> usize {
@@ -153,6 +162,9 @@ impl<'a> Pickle<'a> {
     /// A record field as a value (`None`: the dict does not have that key).
     #[inline]
     pub fn unpack(&self, f: u64) -> Option<Value> {
+        // Its own match rather than `unpack_set` behind a test: through `bool::then` the value
+        // was built in memory in overlapping pieces (store-forwarding stalls, measured: 4× the
+        // time of the entry decoding).
         let payload = (f >> 4) as u32;
         Some(match f & 0xf {
             P_NONE => Value::None,
@@ -167,6 +179,25 @@ impl<'a> Pickle<'a> {
             P_BOXED => self.boxed[payload as usize],
             _ => return None,
         })
+    }
+
+    /// [`Pickle::unpack`] of a field known not to be [`ABSENT`].
+    #[inline(always)]
+    fn unpack_set(&self, f: u64) -> Value {
+        let payload = (f >> 4) as u32;
+        match f & 0xf {
+            P_NONE => Value::None,
+            P_FALSE => Value::Bool(false),
+            P_TRUE => Value::Bool(true),
+            P_INT => Value::Int((f as i64) >> 4),
+            P_STR => Value::Str(payload),
+            P_BYTES => Value::Bytes(payload),
+            P_LIST => Value::List(payload),
+            P_TUPLE => Value::Tuple(payload),
+            P_DICT => Value::Dict(payload),
+            // P_BOXED, the one other tag `Parser::pack` writes.
+            _ => self.boxed[payload as usize],
+        }
     }
 
     /// `d[key]` for a dict with string keys. A key set twice keeps its last value, as in
@@ -377,7 +408,7 @@ fn pairs_of(values: &[Value]) -> impl ExactSizeIterator<Item = (Value, Value)> +
 
 /// Parses `data` as a pickle of plain data.
 pub fn parse(data: &[u8]) -> Result<Pickle<'_>, PickleError> {
-    Parser::new(data, &[]).run()
+    Parser::new(data, &[], None).run()
 }
 
 /// [`parse`], storing the dicts whose keys are all among `keys` (at most [`RECORD_FIELDS`]
@@ -387,12 +418,25 @@ pub fn parse(data: &[u8]) -> Result<Pickle<'_>, PickleError> {
 /// [`Pickle::to_json`] see a record as the dict it is, and a record that gets more items (a
 /// second SETITEMS) turns back into a plain dict first.
 pub fn parse_with_records<'a>(data: &'a [u8], keys: &[&str]) -> Result<Pickle<'a>, PickleError> {
-    assert!(keys.len() <= RECORD_FIELDS, "at most {RECORD_FIELDS} record keys");
-    Parser::new(data, keys).run()
+    parse_prefaulted(data, keys, None)
 }
+
+/// [`parse_with_records`], with the pages of the arenas populated ahead of the parse by
+/// `prefault`'s thread (slots 0 to [`ARENA_SLOTS`] - 1).
+pub(crate) fn parse_prefaulted<'a>(data: &'a [u8], keys: &[&str], prefault: Option<&Prefaulter>) -> Result<Pickle<'a>, PickleError> {
+    assert!(keys.len() <= RECORD_FIELDS, "at most {RECORD_FIELDS} record keys");
+    Parser::new(data, keys, prefault).run()
+}
+
+/// Prefaulter slots the parser uses.
+pub(crate) const ARENA_SLOTS: usize = 7;
+
+/// Records between two updates of the ranges to prefault.
+const PREFAULT_EVERY: usize = 4096;
 
 struct Parser<'a, 'k> {
     p: Pickle<'a>,
+    prefault: Option<&'k Prefaulter>,
     /// Keys of the dicts stored as records (none: no records).
     record_keys: &'k [&'k str],
     /// Per string object (`Value::Str` index), which record key it is: `KEY_UNSEEN`,
@@ -401,7 +445,10 @@ struct Parser<'a, 'k> {
     pos: usize,
     stack: Vec<Value>,
     marks: Vec<usize>,
-    memo: Vec<Option<Value>>,
+    /// Memo values packed as record fields are ([`ABSENT`]: a key not set): 8 bytes an entry
+    /// rather than an `Option<Value>`'s 16. A snapshot memoizes every dict and most strings
+    /// (two entries per history entry), and each page of the memo is a first-touch fault.
+    memo: Vec<u64>,
     /// Memo keys far beyond the dense ones (legal: Python's memo is a dict). Kept apart so that
     /// a key of 4 billion does not allocate 64 GB.
     sparse_memo: FxHashMap<usize, Value>,
@@ -415,7 +462,7 @@ const KEY_UNSEEN: u8 = u8::MAX;
 const KEY_OTHER: u8 = u8::MAX - 1;
 
 impl<'a, 'k> Parser<'a, 'k> {
-    fn new(data: &'a [u8], record_keys: &'k [&'k str]) -> Self {
+    fn new(data: &'a [u8], record_keys: &'k [&'k str], prefault: Option<&'k Prefaulter>) -> Self {
         // Sized from the input so that the arenas rarely grow by copying: a snapshot pickle
         // holds about one dict item per 12 bytes and one memo entry per 40 (measured on the
         // shared captures). Capped: pages never touched cost nothing, but a huge reservation
@@ -441,6 +488,7 @@ impl<'a, 'k> Parser<'a, 'k> {
                 boxed: Vec::new(),
                 root: Value::None,
             },
+            prefault,
             record_keys,
             key_class: Vec::new(),
             pos: 0,
@@ -601,15 +649,16 @@ impl<'a, 'k> Parser<'a, 'k> {
     fn memo_put(&mut self, idx: usize, v: Value) {
         if idx == self.memo.len() && idx < self.p.data.len() {
             // MEMOIZE: the next key.
-            self.memo.push(Some(v));
+            let f = self.pack(v);
+            self.memo.push(f);
         } else if idx < self.memo.len() {
-            self.memo[idx] = Some(v);
+            self.memo[idx] = self.pack(v);
         } else if idx - self.memo.len() < (1 << 16) && idx < self.p.data.len() {
             // Dense up to the input's size (a pickler numbers memo entries from 0, at most one
             // per byte); keys beyond go to the sparse map, so growing keys can't make the memo
             // larger than the input.
-            self.memo.resize(idx + 1, None);
-            self.memo[idx] = Some(v);
+            self.memo.resize(idx + 1, ABSENT);
+            self.memo[idx] = self.pack(v);
         } else {
             self.sparse_memo.insert(idx, v);
         }
@@ -621,7 +670,8 @@ impl<'a, 'k> Parser<'a, 'k> {
     #[inline(always)]
     fn push_memo(&mut self, idx: usize) -> Result<(), PickleError> {
         match self.memo.get(idx) {
-            Some(&Some(v)) => {
+            Some(&f) if f != ABSENT => {
+                let v = self.p.unpack_set(f);
                 self.stack.push(v);
                 Ok(())
             }
@@ -828,7 +878,7 @@ impl<'a, 'k> Parser<'a, 'k> {
             }
             _ => return None,
         };
-        self.memo.get(idx).copied().flatten()
+        self.memo.get(idx).copied().filter(|&f| f != ABSENT).map(|f| self.p.unpack_set(f))
     }
 
     /// MEMOIZE of `v` if the next opcode is one.
@@ -839,7 +889,8 @@ impl<'a, 'k> Parser<'a, 'k> {
                 return None;
             }
             self.pos += 1;
-            self.memo.push(Some(v));
+            let f = self.pack(v);
+            self.memo.push(f);
         }
         Some(())
     }
@@ -851,7 +902,8 @@ impl<'a, 'k> Parser<'a, 'k> {
             if self.fast_byte(data)? != 0x94 || self.memo.len() >= data.len() {
                 return None;
             }
-            self.memo.push(Some(Value::Dict(dict_u32)));
+            let f = self.pack(Value::Dict(dict_u32));
+            self.memo.push(f);
             if self.fast_byte(data)? != b'(' {
                 return None;
             }
@@ -938,12 +990,37 @@ impl<'a, 'k> Parser<'a, 'k> {
                 fields[c as usize] = self.pack(v);
             }
             let r = u32::try_from(self.p.records.len()).ok()?;
+            if self.prefault.is_some() && self.p.records.len().is_multiple_of(PREFAULT_EVERY) {
+                self.publish_arenas();
+            }
             self.p.records.push(fields);
             self.p.dicts.ranges.push((r, RECORD));
             self.stack.push(Value::Dict(dict_u32));
             Some(())
         })()
         .is_some()
+    }
+
+    /// Tells the prefaulting thread where the arenas end now: it populates a little ahead of
+    /// each (an eighth of its length, 1 to 8 MiB), so that the parse finds those pages mapped
+    /// and little beyond what the parse uses is populated.
+    #[cold]
+    #[inline(never)]
+    fn publish_arenas(&self) {
+        fn ahead<T>(pf: &Prefaulter, slot: usize, v: &Vec<T>) {
+            let size = std::mem::size_of::<T>();
+            let lead = (v.len() / 8).clamp((1 << 20) / size, (8 << 20) / size);
+            pf.ahead(slot, v, lead);
+        }
+        let Some(pf) = self.prefault else { return };
+        let p = &self.p;
+        ahead(pf, 0, &p.records);
+        ahead(pf, 1, &self.memo);
+        ahead(pf, 2, &p.spans);
+        ahead(pf, 3, &p.dicts.ranges);
+        ahead(pf, 4, &p.seqs.items);
+        ahead(pf, 5, &p.seqs.ranges);
+        ahead(pf, 6, &p.dicts.items);
     }
 
     /// A value as a record field (boxed when it does not fit the packed word).
@@ -1014,6 +1091,11 @@ impl<'a, 'k> Parser<'a, 'k> {
                 b'.' => {
                     // STOP
                     self.p.root = self.pop()?;
+                    if self.prefault.is_some() {
+                        // A large parse (the caller prefaults): its memo's release need not
+                        // hold up the import.
+                        super::prefault::drop_in_background(std::mem::take(&mut self.memo));
+                    }
                     return Ok(self.p);
                 }
                 b'(' => self.marks.push(self.stack.len()),
