@@ -401,6 +401,20 @@ impl<T: Copy> Arena<T> {
     }
 }
 
+/// The packed word of a string, list, tuple or dict index (`tag` one of `P_STR`...`P_DICT`),
+/// as [`Parser::pack`] writes it.
+#[inline(always)]
+fn pack_index(i: u32, tag: u64) -> u64 {
+    ((i as u64) << 4) | tag
+}
+
+/// The packed word of an int of at most 32 bits (it always fits: no boxing).
+#[inline(always)]
+fn pack_small_int(x: i64) -> u64 {
+    debug_assert!((x << 4) >> 4 == x);
+    ((x << 4) as u64) | P_INT
+}
+
 /// Key/value pairs of a SETITEMS / DICT run on the stack (an even number of values).
 fn pairs_of(values: &[Value]) -> impl ExactSizeIterator<Item = (Value, Value)> + '_ {
     values.chunks_exact(2).map(|kv| (kv[0], kv[1]))
@@ -869,6 +883,12 @@ impl<'a, 'k> Parser<'a, 'k> {
     /// A memo reference (BINGET / LONG_BINGET) at `self.pos` whose entry is set, else None.
     #[inline(always)]
     fn fast_get(&mut self, data: &[u8], op: u8) -> Option<Value> {
+        self.fast_get_packed(data, op).map(|f| self.p.unpack_set(f))
+    }
+
+    /// [`Parser::fast_get`] as the packed word the memo holds (a record field as it is).
+    #[inline(always)]
+    fn fast_get_packed(&mut self, data: &[u8], op: u8) -> Option<u64> {
         let idx = match op {
             b'h' => self.fast_byte(data)? as usize,
             b'j' => {
@@ -878,18 +898,17 @@ impl<'a, 'k> Parser<'a, 'k> {
             }
             _ => return None,
         };
-        self.memo.get(idx).copied().filter(|&f| f != ABSENT).map(|f| self.p.unpack_set(f))
+        self.memo.get(idx).copied().filter(|&f| f != ABSENT)
     }
 
-    /// MEMOIZE of `v` if the next opcode is one.
+    /// MEMOIZE of the packed value `f` if the next opcode is one.
     #[inline(always)]
-    fn fast_memoize(&mut self, data: &[u8], v: Value) -> Option<()> {
+    fn fast_memoize(&mut self, data: &[u8], f: u64) -> Option<()> {
         if data.get(self.pos) == Some(&0x94) {
             if self.memo.len() >= data.len() {
                 return None;
             }
             self.pos += 1;
-            let f = self.pack(v);
             self.memo.push(f);
         }
         Some(())
@@ -902,34 +921,41 @@ impl<'a, 'k> Parser<'a, 'k> {
             if self.fast_byte(data)? != 0x94 || self.memo.len() >= data.len() {
                 return None;
             }
-            let f = self.pack(Value::Dict(dict_u32));
-            self.memo.push(f);
+            self.memo.push(pack_index(dict_u32, P_DICT));
             if self.fast_byte(data)? != b'(' {
                 return None;
             }
+            // Values stay packed words from the file to the record (and the memo): no `Value`
+            // goes through memory on the way (built in pieces, it stalled store forwarding).
             let mut fields = [ABSENT; RECORD_FIELDS];
+            // Keys seen, one bit per record key: a repeated key leaves the fast path.
+            let mut seen = 0u32;
             loop {
                 let op = self.fast_byte(data)?;
                 if op == b'u' {
                     break;
                 }
-                let Value::Str(k) = self.fast_get(data, op)? else { return None };
-                let c = self.key_class(k);
-                if c == KEY_OTHER || fields[c as usize] != ABSENT {
+                let k = self.fast_get_packed(data, op)?;
+                if k & 0xf != P_STR {
                     return None;
                 }
+                let c = self.key_class((k >> 4) as u32);
+                if c == KEY_OTHER || seen & (1 << c) != 0 {
+                    return None;
+                }
+                seen |= 1 << c;
                 let op = self.fast_byte(data)?;
-                let v = match op {
-                    b'K' => Value::Int(self.fast_byte(data)? as i64),
+                let f = match op {
+                    b'K' => pack_small_int(self.fast_byte(data)? as i64),
                     b'M' => {
                         let b = data.get(self.pos..self.pos + 2)?;
                         self.pos += 2;
-                        Value::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
+                        pack_small_int(u16::from_le_bytes([b[0], b[1]]) as i64)
                     }
                     b'J' => {
                         let b = data.get(self.pos..self.pos + 4)?;
                         self.pos += 4;
-                        Value::Int(i32::from_le_bytes(b.try_into().unwrap()) as i64)
+                        pack_small_int(i32::from_le_bytes(b.try_into().unwrap()) as i64)
                     }
                     0x8a => {
                         let n = *data.get(self.pos)? as usize;
@@ -939,23 +965,33 @@ impl<'a, 'k> Parser<'a, 'k> {
                         let raw = u64::from_le_bytes(data[self.pos + 1..self.pos + 9].try_into().unwrap());
                         let shift = 64 - 8 * n as u32;
                         self.pos += 1 + n;
-                        Value::Int(((raw << shift) as i64) >> shift)
+                        self.pack(Value::Int(((raw << shift) as i64) >> shift))
                     }
-                    b'N' => Value::None,
-                    0x88 => Value::Bool(true),
-                    0x89 => Value::Bool(false),
-                    b'h' | b'j' => self.fast_get(data, op)?,
+                    b'N' => P_NONE,
+                    0x88 => P_TRUE,
+                    0x89 => P_FALSE,
+                    b'h' | b'j' => self.fast_get_packed(data, op)?,
                     0x8c => {
+                        // SHORT_BINUNICODE: as `span` stores it (an invalid one is left to the
+                        // general loop, which reports it).
                         let n = self.fast_byte(data)? as usize;
-                        let v = self.span(n, true).ok()?;
-                        self.fast_memoize(data, v)?;
-                        v
+                        let start = self.pos;
+                        let text = data.get(start..start + n)?;
+                        if !text.is_ascii() && std::str::from_utf8(text).is_err() {
+                            return None;
+                        }
+                        self.pos += n;
+                        let idx = self.p.spans.len() as u32;
+                        self.p.spans.push((start, start + n));
+                        let f = pack_index(idx, P_STR);
+                        self.fast_memoize(data, f)?;
+                        f
                     }
                     b']' => {
                         // A list of memo references: EMPTY_LIST, MEMOIZE?, then nothing, one
                         // reference and APPEND, or MARK, references, APPENDS.
                         let l = u32::try_from(self.p.seqs.ranges.len()).ok()?;
-                        self.fast_memoize(data, Value::List(l))?;
+                        self.fast_memoize(data, pack_index(l, P_LIST))?;
                         let start = self.p.seqs.items.len();
                         match data.get(self.pos) {
                             Some(b'(') => {
@@ -983,11 +1019,11 @@ impl<'a, 'k> Parser<'a, 'k> {
                             return None;
                         }
                         self.p.seqs.ranges.push((start, n));
-                        Value::List(l)
+                        pack_index(l, P_LIST)
                     }
                     _ => return None,
                 };
-                fields[c as usize] = self.pack(v);
+                fields[c as usize] = f;
             }
             let r = u32::try_from(self.p.records.len()).ok()?;
             if self.prefault.is_some() && self.p.records.len().is_multiple_of(PREFAULT_EVERY) {
