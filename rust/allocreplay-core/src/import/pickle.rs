@@ -75,16 +75,16 @@ pub const RECORD_FIELDS: usize = 8;
 
 /// A record field for a key the dict does not have.
 pub const ABSENT: u64 = 0xf;
-const P_NONE: u64 = 0;
-const P_FALSE: u64 = 1;
-const P_TRUE: u64 = 2;
-const P_INT: u64 = 3;
-const P_STR: u64 = 4;
-const P_BYTES: u64 = 5;
-const P_LIST: u64 = 6;
-const P_TUPLE: u64 = 7;
-const P_DICT: u64 = 8;
-const P_BOXED: u64 = 9;
+pub(crate) const P_NONE: u64 = 0;
+pub(crate) const P_FALSE: u64 = 1;
+pub(crate) const P_TRUE: u64 = 2;
+pub(crate) const P_INT: u64 = 3;
+pub(crate) const P_STR: u64 = 4;
+pub(crate) const P_BYTES: u64 = 5;
+pub(crate) const P_LIST: u64 = 6;
+pub(crate) const P_TUPLE: u64 = 7;
+pub(crate) const P_DICT: u64 = 8;
+pub(crate) const P_BOXED: u64 = 9;
 
 impl<'a> Pickle<'a> {
     pub fn str(&self, v: Value) -> Option<&'a str> {
