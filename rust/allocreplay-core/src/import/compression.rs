@@ -55,6 +55,13 @@ pub fn decompress_counted(path: &Path, raw: Vec<u8>, progress: Option<&AtomicU64
 
 /// `decompress` with an explicit output bound (tests use a small one).
 pub fn decompress_limited(path: &Path, raw: Vec<u8>, limit: u64, progress: Option<&AtomicU64>) -> Result<Vec<u8>> {
+    Ok(decompress_slice(path, &raw, limit, progress)?.unwrap_or(raw))
+}
+
+/// The decompressed bytes of `raw` (at most `limit`), or `None` when `raw` is not compressed
+/// (then counted into `progress` as consumed at once): for inputs the caller does not own as a
+/// `Vec`, such as a memory-mapped file.
+pub fn decompress_slice(path: &Path, raw: &[u8], limit: u64, progress: Option<&AtomicU64>) -> Result<Option<Vec<u8>>> {
     let what = if raw.starts_with(&[0x1f, 0x8b]) {
         "gzip"
     } else if raw.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0x00]) {
@@ -65,12 +72,12 @@ pub fn decompress_limited(path: &Path, raw: Vec<u8>, limit: u64, progress: Optio
         if let Some(p) = progress {
             p.fetch_add(raw.len() as u64, Ordering::Relaxed);
         }
-        return Ok(raw);
+        return Ok(None);
     };
     let mut out = Vec::with_capacity(raw.len().saturating_mul(8).min(limit as usize));
     // One byte more than the limit is read so that "exactly at the limit" and "beyond it" differ.
     let cap = limit.saturating_add(1);
-    let input = Counted { inner: &raw[..], progress, pending: 0 };
+    let input = Counted { inner: raw, progress, pending: 0 };
     let res = match what {
         "gzip" => flate2::read::MultiGzDecoder::new(input).take(cap).read_to_end(&mut out).map(|_| ()),
         "xz" => liblzma::read::XzDecoder::new_multi_decoder(input).take(cap).read_to_end(&mut out).map(|_| ()),
@@ -93,7 +100,7 @@ pub fn decompress_limited(path: &Path, raw: Vec<u8>, limit: u64, progress: Optio
     if out.len() as u64 > limit {
         return Err(bomb(path, what, limit, raw.len()));
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 fn bomb(path: &Path, what: &str, limit: u64, compressed: usize) -> Error {

@@ -10,6 +10,8 @@ use std::fmt;
 
 use rustc_hash::FxHashMap;
 
+use super::prefault::Prefaulter;
+
 /// One decoded value. Containers and strings are indices into the `Pickle` arena, so a value
 /// is `Copy` and a memo lookup (BINGET) shares the container like Python does.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -73,16 +75,16 @@ pub const RECORD_FIELDS: usize = 8;
 
 /// A record field for a key the dict does not have.
 pub const ABSENT: u64 = 0xf;
-const P_NONE: u64 = 0;
-const P_FALSE: u64 = 1;
-const P_TRUE: u64 = 2;
-const P_INT: u64 = 3;
-const P_STR: u64 = 4;
-const P_BYTES: u64 = 5;
-const P_LIST: u64 = 6;
-const P_TUPLE: u64 = 7;
-const P_DICT: u64 = 8;
-const P_BOXED: u64 = 9;
+pub(crate) const P_NONE: u64 = 0;
+pub(crate) const P_FALSE: u64 = 1;
+pub(crate) const P_TRUE: u64 = 2;
+pub(crate) const P_INT: u64 = 3;
+pub(crate) const P_STR: u64 = 4;
+pub(crate) const P_BYTES: u64 = 5;
+pub(crate) const P_LIST: u64 = 6;
+pub(crate) const P_TUPLE: u64 = 7;
+pub(crate) const P_DICT: u64 = 8;
+pub(crate) const P_BOXED: u64 = 9;
 
 impl<'a> Pickle<'a> {
     pub fn str(&self, v: Value) -> Option<&'a str> {
@@ -94,6 +96,13 @@ impl<'a> Pickle<'a> {
             }
             _ => None,
         }
+    }
+
+    /// Frees the arenas on another thread (`prefault::drop_in_background`): for the large
+    /// parses, whose release is a noticeable part of a load.
+    pub(crate) fn drop_in_background(self) {
+        let Pickle { spans, seqs, dicts, records, boxed, .. } = self;
+        super::prefault::drop_in_background((spans, seqs, dicts, records, boxed));
     }
 
     /// Bound of the indices in `Value::List` and `Value::Tuple` (one index space), for caches
@@ -153,6 +162,9 @@ impl<'a> Pickle<'a> {
     /// A record field as a value (`None`: the dict does not have that key).
     #[inline]
     pub fn unpack(&self, f: u64) -> Option<Value> {
+        // Its own match rather than `unpack_set` behind a test: through `bool::then` the value
+        // was built in memory in overlapping pieces (store-forwarding stalls, measured: 4× the
+        // time of the entry decoding).
         let payload = (f >> 4) as u32;
         Some(match f & 0xf {
             P_NONE => Value::None,
@@ -167,6 +179,25 @@ impl<'a> Pickle<'a> {
             P_BOXED => self.boxed[payload as usize],
             _ => return None,
         })
+    }
+
+    /// [`Pickle::unpack`] of a field known not to be [`ABSENT`].
+    #[inline(always)]
+    fn unpack_set(&self, f: u64) -> Value {
+        let payload = (f >> 4) as u32;
+        match f & 0xf {
+            P_NONE => Value::None,
+            P_FALSE => Value::Bool(false),
+            P_TRUE => Value::Bool(true),
+            P_INT => Value::Int((f as i64) >> 4),
+            P_STR => Value::Str(payload),
+            P_BYTES => Value::Bytes(payload),
+            P_LIST => Value::List(payload),
+            P_TUPLE => Value::Tuple(payload),
+            P_DICT => Value::Dict(payload),
+            // P_BOXED, the one other tag `Parser::pack` writes.
+            _ => self.boxed[payload as usize],
+        }
     }
 
     /// `d[key]` for a dict with string keys. A key set twice keeps its last value, as in
@@ -370,6 +401,20 @@ impl<T: Copy> Arena<T> {
     }
 }
 
+/// The packed word of a string, list, tuple or dict index (`tag` one of `P_STR`...`P_DICT`),
+/// as [`Parser::pack`] writes it.
+#[inline(always)]
+fn pack_index(i: u32, tag: u64) -> u64 {
+    ((i as u64) << 4) | tag
+}
+
+/// The packed word of an int of at most 32 bits (it always fits: no boxing).
+#[inline(always)]
+fn pack_small_int(x: i64) -> u64 {
+    debug_assert!((x << 4) >> 4 == x);
+    ((x << 4) as u64) | P_INT
+}
+
 /// Key/value pairs of a SETITEMS / DICT run on the stack (an even number of values).
 fn pairs_of(values: &[Value]) -> impl ExactSizeIterator<Item = (Value, Value)> + '_ {
     values.chunks_exact(2).map(|kv| (kv[0], kv[1]))
@@ -377,7 +422,7 @@ fn pairs_of(values: &[Value]) -> impl ExactSizeIterator<Item = (Value, Value)> +
 
 /// Parses `data` as a pickle of plain data.
 pub fn parse(data: &[u8]) -> Result<Pickle<'_>, PickleError> {
-    Parser::new(data, &[]).run()
+    Parser::new(data, &[], None).run()
 }
 
 /// [`parse`], storing the dicts whose keys are all among `keys` (at most [`RECORD_FIELDS`]
@@ -387,12 +432,25 @@ pub fn parse(data: &[u8]) -> Result<Pickle<'_>, PickleError> {
 /// [`Pickle::to_json`] see a record as the dict it is, and a record that gets more items (a
 /// second SETITEMS) turns back into a plain dict first.
 pub fn parse_with_records<'a>(data: &'a [u8], keys: &[&str]) -> Result<Pickle<'a>, PickleError> {
-    assert!(keys.len() <= RECORD_FIELDS, "at most {RECORD_FIELDS} record keys");
-    Parser::new(data, keys).run()
+    parse_prefaulted(data, keys, None)
 }
+
+/// [`parse_with_records`], with the pages of the arenas populated ahead of the parse by
+/// `prefault`'s thread (slots 0 to [`ARENA_SLOTS`] - 1).
+pub(crate) fn parse_prefaulted<'a>(data: &'a [u8], keys: &[&str], prefault: Option<&Prefaulter>) -> Result<Pickle<'a>, PickleError> {
+    assert!(keys.len() <= RECORD_FIELDS, "at most {RECORD_FIELDS} record keys");
+    Parser::new(data, keys, prefault).run()
+}
+
+/// Prefaulter slots the parser uses.
+pub(crate) const ARENA_SLOTS: usize = 7;
+
+/// Records between two updates of the ranges to prefault.
+const PREFAULT_EVERY: usize = 4096;
 
 struct Parser<'a, 'k> {
     p: Pickle<'a>,
+    prefault: Option<&'k Prefaulter>,
     /// Keys of the dicts stored as records (none: no records).
     record_keys: &'k [&'k str],
     /// Per string object (`Value::Str` index), which record key it is: `KEY_UNSEEN`,
@@ -401,7 +459,10 @@ struct Parser<'a, 'k> {
     pos: usize,
     stack: Vec<Value>,
     marks: Vec<usize>,
-    memo: Vec<Option<Value>>,
+    /// Memo values packed as record fields are ([`ABSENT`]: a key not set): 8 bytes an entry
+    /// rather than an `Option<Value>`'s 16. A snapshot memoizes every dict and most strings
+    /// (two entries per history entry), and each page of the memo is a first-touch fault.
+    memo: Vec<u64>,
     /// Memo keys far beyond the dense ones (legal: Python's memo is a dict). Kept apart so that
     /// a key of 4 billion does not allocate 64 GB.
     sparse_memo: FxHashMap<usize, Value>,
@@ -415,7 +476,7 @@ const KEY_UNSEEN: u8 = u8::MAX;
 const KEY_OTHER: u8 = u8::MAX - 1;
 
 impl<'a, 'k> Parser<'a, 'k> {
-    fn new(data: &'a [u8], record_keys: &'k [&'k str]) -> Self {
+    fn new(data: &'a [u8], record_keys: &'k [&'k str], prefault: Option<&'k Prefaulter>) -> Self {
         // Sized from the input so that the arenas rarely grow by copying: a snapshot pickle
         // holds about one dict item per 12 bytes and one memo entry per 40 (measured on the
         // shared captures). Capped: pages never touched cost nothing, but a huge reservation
@@ -441,6 +502,7 @@ impl<'a, 'k> Parser<'a, 'k> {
                 boxed: Vec::new(),
                 root: Value::None,
             },
+            prefault,
             record_keys,
             key_class: Vec::new(),
             pos: 0,
@@ -601,15 +663,16 @@ impl<'a, 'k> Parser<'a, 'k> {
     fn memo_put(&mut self, idx: usize, v: Value) {
         if idx == self.memo.len() && idx < self.p.data.len() {
             // MEMOIZE: the next key.
-            self.memo.push(Some(v));
+            let f = self.pack(v);
+            self.memo.push(f);
         } else if idx < self.memo.len() {
-            self.memo[idx] = Some(v);
+            self.memo[idx] = self.pack(v);
         } else if idx - self.memo.len() < (1 << 16) && idx < self.p.data.len() {
             // Dense up to the input's size (a pickler numbers memo entries from 0, at most one
             // per byte); keys beyond go to the sparse map, so growing keys can't make the memo
             // larger than the input.
-            self.memo.resize(idx + 1, None);
-            self.memo[idx] = Some(v);
+            self.memo.resize(idx + 1, ABSENT);
+            self.memo[idx] = self.pack(v);
         } else {
             self.sparse_memo.insert(idx, v);
         }
@@ -621,7 +684,8 @@ impl<'a, 'k> Parser<'a, 'k> {
     #[inline(always)]
     fn push_memo(&mut self, idx: usize) -> Result<(), PickleError> {
         match self.memo.get(idx) {
-            Some(&Some(v)) => {
+            Some(&f) if f != ABSENT => {
+                let v = self.p.unpack_set(f);
                 self.stack.push(v);
                 Ok(())
             }
@@ -819,6 +883,12 @@ impl<'a, 'k> Parser<'a, 'k> {
     /// A memo reference (BINGET / LONG_BINGET) at `self.pos` whose entry is set, else None.
     #[inline(always)]
     fn fast_get(&mut self, data: &[u8], op: u8) -> Option<Value> {
+        self.fast_get_packed(data, op).map(|f| self.p.unpack_set(f))
+    }
+
+    /// [`Parser::fast_get`] as the packed word the memo holds (a record field as it is).
+    #[inline(always)]
+    fn fast_get_packed(&mut self, data: &[u8], op: u8) -> Option<u64> {
         let idx = match op {
             b'h' => self.fast_byte(data)? as usize,
             b'j' => {
@@ -828,18 +898,18 @@ impl<'a, 'k> Parser<'a, 'k> {
             }
             _ => return None,
         };
-        self.memo.get(idx).copied().flatten()
+        self.memo.get(idx).copied().filter(|&f| f != ABSENT)
     }
 
-    /// MEMOIZE of `v` if the next opcode is one.
+    /// MEMOIZE of the packed value `f` if the next opcode is one.
     #[inline(always)]
-    fn fast_memoize(&mut self, data: &[u8], v: Value) -> Option<()> {
+    fn fast_memoize(&mut self, data: &[u8], f: u64) -> Option<()> {
         if data.get(self.pos) == Some(&0x94) {
             if self.memo.len() >= data.len() {
                 return None;
             }
             self.pos += 1;
-            self.memo.push(Some(v));
+            self.memo.push(f);
         }
         Some(())
     }
@@ -851,33 +921,41 @@ impl<'a, 'k> Parser<'a, 'k> {
             if self.fast_byte(data)? != 0x94 || self.memo.len() >= data.len() {
                 return None;
             }
-            self.memo.push(Some(Value::Dict(dict_u32)));
+            self.memo.push(pack_index(dict_u32, P_DICT));
             if self.fast_byte(data)? != b'(' {
                 return None;
             }
+            // Values stay packed words from the file to the record (and the memo): no `Value`
+            // goes through memory on the way (built in pieces, it stalled store forwarding).
             let mut fields = [ABSENT; RECORD_FIELDS];
+            // Keys seen, one bit per record key: a repeated key leaves the fast path.
+            let mut seen = 0u32;
             loop {
                 let op = self.fast_byte(data)?;
                 if op == b'u' {
                     break;
                 }
-                let Value::Str(k) = self.fast_get(data, op)? else { return None };
-                let c = self.key_class(k);
-                if c == KEY_OTHER || fields[c as usize] != ABSENT {
+                let k = self.fast_get_packed(data, op)?;
+                if k & 0xf != P_STR {
                     return None;
                 }
+                let c = self.key_class((k >> 4) as u32);
+                if c == KEY_OTHER || seen & (1 << c) != 0 {
+                    return None;
+                }
+                seen |= 1 << c;
                 let op = self.fast_byte(data)?;
-                let v = match op {
-                    b'K' => Value::Int(self.fast_byte(data)? as i64),
+                let f = match op {
+                    b'K' => pack_small_int(self.fast_byte(data)? as i64),
                     b'M' => {
                         let b = data.get(self.pos..self.pos + 2)?;
                         self.pos += 2;
-                        Value::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
+                        pack_small_int(u16::from_le_bytes([b[0], b[1]]) as i64)
                     }
                     b'J' => {
                         let b = data.get(self.pos..self.pos + 4)?;
                         self.pos += 4;
-                        Value::Int(i32::from_le_bytes(b.try_into().unwrap()) as i64)
+                        pack_small_int(i32::from_le_bytes(b.try_into().unwrap()) as i64)
                     }
                     0x8a => {
                         let n = *data.get(self.pos)? as usize;
@@ -887,23 +965,33 @@ impl<'a, 'k> Parser<'a, 'k> {
                         let raw = u64::from_le_bytes(data[self.pos + 1..self.pos + 9].try_into().unwrap());
                         let shift = 64 - 8 * n as u32;
                         self.pos += 1 + n;
-                        Value::Int(((raw << shift) as i64) >> shift)
+                        self.pack(Value::Int(((raw << shift) as i64) >> shift))
                     }
-                    b'N' => Value::None,
-                    0x88 => Value::Bool(true),
-                    0x89 => Value::Bool(false),
-                    b'h' | b'j' => self.fast_get(data, op)?,
+                    b'N' => P_NONE,
+                    0x88 => P_TRUE,
+                    0x89 => P_FALSE,
+                    b'h' | b'j' => self.fast_get_packed(data, op)?,
                     0x8c => {
+                        // SHORT_BINUNICODE: as `span` stores it (an invalid one is left to the
+                        // general loop, which reports it).
                         let n = self.fast_byte(data)? as usize;
-                        let v = self.span(n, true).ok()?;
-                        self.fast_memoize(data, v)?;
-                        v
+                        let start = self.pos;
+                        let text = data.get(start..start + n)?;
+                        if !text.is_ascii() && std::str::from_utf8(text).is_err() {
+                            return None;
+                        }
+                        self.pos += n;
+                        let idx = self.p.spans.len() as u32;
+                        self.p.spans.push((start, start + n));
+                        let f = pack_index(idx, P_STR);
+                        self.fast_memoize(data, f)?;
+                        f
                     }
                     b']' => {
                         // A list of memo references: EMPTY_LIST, MEMOIZE?, then nothing, one
                         // reference and APPEND, or MARK, references, APPENDS.
                         let l = u32::try_from(self.p.seqs.ranges.len()).ok()?;
-                        self.fast_memoize(data, Value::List(l))?;
+                        self.fast_memoize(data, pack_index(l, P_LIST))?;
                         let start = self.p.seqs.items.len();
                         match data.get(self.pos) {
                             Some(b'(') => {
@@ -931,19 +1019,44 @@ impl<'a, 'k> Parser<'a, 'k> {
                             return None;
                         }
                         self.p.seqs.ranges.push((start, n));
-                        Value::List(l)
+                        pack_index(l, P_LIST)
                     }
                     _ => return None,
                 };
-                fields[c as usize] = self.pack(v);
+                fields[c as usize] = f;
             }
             let r = u32::try_from(self.p.records.len()).ok()?;
+            if self.prefault.is_some() && self.p.records.len().is_multiple_of(PREFAULT_EVERY) {
+                self.publish_arenas();
+            }
             self.p.records.push(fields);
             self.p.dicts.ranges.push((r, RECORD));
             self.stack.push(Value::Dict(dict_u32));
             Some(())
         })()
         .is_some()
+    }
+
+    /// Tells the prefaulting thread where the arenas end now: it populates a little ahead of
+    /// each (an eighth of its length, 1 to 8 MiB), so that the parse finds those pages mapped
+    /// and little beyond what the parse uses is populated.
+    #[cold]
+    #[inline(never)]
+    fn publish_arenas(&self) {
+        fn ahead<T>(pf: &Prefaulter, slot: usize, v: &Vec<T>) {
+            let size = std::mem::size_of::<T>();
+            let lead = (v.len() / 8).clamp((1 << 20) / size, (8 << 20) / size);
+            pf.ahead(slot, v, lead);
+        }
+        let Some(pf) = self.prefault else { return };
+        let p = &self.p;
+        ahead(pf, 0, &p.records);
+        ahead(pf, 1, &self.memo);
+        ahead(pf, 2, &p.spans);
+        ahead(pf, 3, &p.dicts.ranges);
+        ahead(pf, 4, &p.seqs.items);
+        ahead(pf, 5, &p.seqs.ranges);
+        ahead(pf, 6, &p.dicts.items);
     }
 
     /// A value as a record field (boxed when it does not fit the packed word).
@@ -1014,6 +1127,11 @@ impl<'a, 'k> Parser<'a, 'k> {
                 b'.' => {
                     // STOP
                     self.p.root = self.pop()?;
+                    if self.prefault.is_some() {
+                        // A large parse (the caller prefaults): its memo's release need not
+                        // hold up the import.
+                        super::prefault::drop_in_background(std::mem::take(&mut self.memo));
+                    }
                     return Ok(self.p);
                 }
                 b'(' => self.marks.push(self.stack.len()),

@@ -10,6 +10,7 @@ use rustc_hash::FxHashMap;
 use std::path::Path;
 
 use super::pickle::{self, Pickle, PickleError, Value};
+use super::prefault::{drop_in_background, Prefaulter};
 use super::{read_meta_json, ImportOptions};
 use crate::error::{Error, Result};
 use crate::trace::{Action, DeviceInfo, EventRow, FrameInterner, PoolInfo, Trace, TraceBuilder, TraceMetadata};
@@ -65,11 +66,26 @@ struct FinalSegment {
     live_blocks: Vec<(u64, u64, bool)>,
 }
 
+/// Inputs from this size on are parsed with a prefaulting thread (`import::prefault`) and free
+/// their arenas on another thread; below it, starting threads would cost more than it saves.
+const LARGE_INPUT: usize = 16 << 20;
+
+/// Prefaulter slots of the decoded entries (after the parser's) and of the columns, in the
+/// order they are filled.
+const ENTRIES_SLOT: usize = pickle::ARENA_SLOTS;
+const BUILDER_SLOTS: usize = ENTRIES_SLOT + 1;
+
 pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result<Trace> {
-    let p = pickle::parse_with_records(data, &ENTRY_KEYS).map_err(|e| match e {
+    let prefault = if data.len() >= LARGE_INPUT { Prefaulter::start() } else { None };
+    let p = pickle::parse_prefaulted(data, &ENTRY_KEYS, prefault.as_ref()).map_err(|e| match e {
         PickleError::Corrupt(m) => Error::format(path, m),
         PickleError::Unsafe(m) => Error::unsafe_pickle(path, m),
     })?;
+    if let Some(pf) = &prefault {
+        for slot in 0..pickle::ARENA_SLOTS {
+            pf.clear(slot);
+        }
+    }
     let bad = |m: String| Error::format(path, m);
     if p.dict(p.root).is_none() {
         return Err(bad(format!(
@@ -166,7 +182,13 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
             data.len()
         )));
     }
-    let mut out = TraceBuilder::with_capacity(total + 64);
+    // Seeds (segments, blocks live before the history) and empty_cache events come on top of
+    // the entries: room for the final state's, and some.
+    let final_blocks: usize = finals.iter().map(|s| s.live_blocks.len() + 1).sum();
+    let mut out = TraceBuilder::with_capacity(total + 2 * final_blocks + 64);
+    if let Some(pf) = &prefault {
+        out.prefault(pf, BUILDER_SLOTS);
+    }
     let mut frames = Stacks::new(&p);
     let mut classes = StrClasses::new(&p);
     let mut next_id: u64 = 0;
@@ -182,9 +204,14 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
             continue;
         }
         devices_seen.push(dev);
-        let parsed = parse_entries(&p, entries, dev, path, &mut classes)?;
+        let parsed = parse_entries(&p, entries, dev, path, &mut classes, prefault.as_ref())?;
         seeded |= import_device(&p, &parsed, &dev_finals, dev, &mut out, &mut frames, &mut next_id, &mut chunks);
+        if let Some(pf) = &prefault {
+            pf.clear(ENTRIES_SLOT);
+            drop_in_background(parsed);
+        }
     }
+    drop(prefault);
     // Devices in the segments with no history at all.
     for s in &finals {
         if !devices_seen.contains(&s.device) {
@@ -228,25 +255,61 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
         assume_allocator_settings(&mut metadata);
     }
     if !chunks.is_empty() {
-        let mut col = vec![None; out.len()];
+        // A few seed rows of millions: zeroed values (pages the allocator maps lazily, never
+        // touched but at those rows) and a validity mask, not a `Vec<Option<u64>>` of 16 bytes
+        // a row written out and copied again.
+        let mut values = vec![0u64; out.len()];
+        let mut valid = vec![false; out.len()];
         for (row, c) in chunks {
-            col[row] = Some(c);
+            values[row] = c;
+            valid[row] = true;
         }
+        let col = arrow_array::UInt64Array::new(values.into(), Some(arrow_buffer::NullBuffer::from(valid)));
         let field = crate::trace::schema::optional_field("chunk_bytes").expect("known column");
-        out.add_column(field, std::sync::Arc::new(arrow_array::UInt64Array::from(col)));
+        out.add_column(field, std::sync::Arc::new(col));
     }
-    out.finish(metadata, frames.interner.finish())
+    let trace = out.finish(metadata, frames.interner.finish());
+    if data.len() >= LARGE_INPUT {
+        p.drop_in_background();
+    }
+    trace
 }
 
-/// One history entry, decoded.
+/// One history entry, decoded: 40 bytes (there is one per event, 4 M in a large snapshot,
+/// and every page of them is a first-touch fault: an `Option<i64>` time and a `Value` frames
+/// made it 64).
 struct Entry {
-    action: Action,
     addr: u64,
     size: u64,
     stream: i64,
-    time_ns: Option<i64>,
-    /// The entry's `frames` list (Value::None when absent).
-    frames: Value,
+    /// `time_us` × 1000 when `has_time`.
+    time: i64,
+    /// The entry's `frames` list or tuple (index shared by both, [`NO_FRAMES`] for any other
+    /// value or none).
+    frames: u32,
+    action: Action,
+    has_time: bool,
+}
+
+/// `Entry::frames` of an entry without a frames list (a container index below it: see
+/// `parse_entries`).
+const NO_FRAMES: u32 = u32::MAX;
+
+impl Entry {
+    #[inline]
+    fn time_ns(&self) -> Option<i64> {
+        self.has_time.then_some(self.time)
+    }
+
+    /// The frames as the value they were in the pickle (`None`: no list).
+    #[inline]
+    fn frames(&self) -> Value {
+        if self.frames == NO_FRAMES {
+            Value::None
+        } else {
+            Value::List(self.frames)
+        }
+    }
 }
 
 /// What a string of the pickle is to the entry decoder, decided once per string object: the
@@ -296,9 +359,23 @@ impl StrClasses {
 /// parser stores the entries as records of these (`pickle::parse_with_records`).
 const ENTRY_KEYS: [&str; 8] = ["action", "addr", "size", "stream", "time_us", "frames", "compile_context", "user_metadata"];
 
-fn parse_entries(p: &Pickle, entries: &[Value], dev: i32, path: &Path, classes: &mut StrClasses) -> Result<Vec<Entry>> {
+fn parse_entries(
+    p: &Pickle,
+    entries: &[Value],
+    dev: i32,
+    path: &Path,
+    classes: &mut StrClasses,
+    prefault: Option<&Prefaulter>,
+) -> Result<Vec<Entry>> {
     let mut out = Vec::with_capacity(entries.len());
+    if let Some(pf) = prefault {
+        pf.ahead(ENTRIES_SLOT, &out, usize::MAX);
+    }
     for (i, &e) in entries.iter().enumerate() {
+        if let Some(entry) = p.record(e).and_then(|rec| record_entry(p, rec, classes)) {
+            out.push(entry);
+            continue;
+        }
         let (mut action, mut addr, mut size, mut stream, mut time, mut frames) = (None, 0u64, 0u64, 0i64, None, Value::None);
         let at = |key: &str, m: String| Error::format(path, format!("device_traces[{dev}][{i}]: '{key}' {m}"));
         let mut field = |class: u8, v: Value| -> Result<()> {
@@ -339,9 +416,52 @@ fn parse_entries(p: &Pickle, entries: &[Value], dev: i32, path: &Path, classes: 
             let shown = p.str(name).map_or_else(|| format!("a {}", Pickle::type_name(name)), |s| format!("'{s}'"));
             Error::format(path, format!("device_traces[{dev}][{i}]: unknown action {shown}"))
         })?;
-        out.push(Entry { action, addr, size, stream, time_ns: time, frames });
+        let frames = match frames {
+            // Lists and tuples share one index space and read the same (`Pickle::list`).
+            Value::List(l) | Value::Tuple(l) if l != NO_FRAMES => l,
+            Value::List(_) | Value::Tuple(_) => {
+                return Err(Error::format(path, format!("device_traces[{dev}][{i}]: the pickle holds more than 4 billion containers")))
+            }
+            _ => NO_FRAMES,
+        };
+        let (has_time, time) = (time.is_some(), time.unwrap_or(0));
+        out.push(Entry { addr, size, stream, time, frames, action, has_time });
     }
     Ok(out)
+}
+
+/// An entry stored as a record whose fields are what a snapshot writes (an action name, ints
+/// in range, a time or None, a frames list or none), decoded from the packed words directly;
+/// `None` for anything else, which the general decoding in `parse_entries` then reads (and
+/// reports, if it is an error). Same result as that decoding, without a `Value` per field.
+#[inline]
+fn record_entry(p: &Pickle, rec: &[u64; pickle::RECORD_FIELDS], classes: &mut StrClasses) -> Option<Entry> {
+    use pickle::{ABSENT, P_INT, P_LIST, P_NONE, P_STR, P_TUPLE};
+    let int = |f: u64| -> Option<i64> { (f & 0xf == P_INT).then_some((f as i64) >> 4) };
+    // Absent ints are 0, as in `parse_entries`.
+    let int_or_0 = |f: u64| if f == ABSENT { Some(0) } else { int(f) };
+    let [action, addr, size, stream, time_us, frames, ..] = *rec;
+    if action & 0xf != P_STR {
+        return None;
+    }
+    let code = classes.of(p, Value::Str((action >> 4) as u32));
+    let action = if code & S_ACTION_NAME != 0 { Action::from_code(code & !S_ACTION_NAME)? } else { return None };
+    let addr = u64::try_from(int_or_0(addr)?).ok()?;
+    let size = int_or_0(size)?;
+    if !(0..MAX_SIZE as i64).contains(&size) {
+        return None;
+    }
+    let stream = int_or_0(stream)?;
+    let (has_time, time) = match time_us {
+        ABSENT | P_NONE => (false, 0),
+        f => (true, int(f)?.saturating_mul(1000)),
+    };
+    let frames = match (frames & 0xf, (frames >> 4) as u32) {
+        (P_LIST | P_TUPLE, l) if frames != ABSENT && l != NO_FRAMES => l,
+        (P_LIST | P_TUPLE, _) if frames != ABSENT => return None,
+        _ => NO_FRAMES,
+    };
+    Some(Entry { addr, size: size as u64, stream, time, frames, action, has_time })
 }
 
 /// Emits one device's seed and history. Returns true if a seed was needed.
@@ -502,7 +622,7 @@ fn import_device(
             if !inside_malloc && (k..end).all(|j| pool_of(&seg_pool, parsed[j].addr) == 0) {
                 let mut ec = EventRow::new(Action::EmptyCache, 0);
                 ec.device = dev;
-                ec.time_ns = e.time_ns;
+                ec.time_ns = e.time_ns();
                 out.push(&ec);
             }
         }
@@ -510,8 +630,8 @@ fn import_device(
         r.addr = Some(e.addr);
         r.stream = e.stream;
         r.device = dev;
-        r.time_ns = e.time_ns;
-        r.stack_id = frames.stack(p, e.frames);
+        r.time_ns = e.time_ns();
+        r.stack_id = frames.stack(p, e.frames());
         match e.action {
             Action::SegmentAlloc if !single_pool => {
                 let pool = seg_pool_for(&final_pool, e.addr);
@@ -588,19 +708,20 @@ fn seg_pool_for(final_pool: &FxHashMap<u64, u32>, addr: u64) -> u32 {
 /// frames list) is decoded once, and looking up a known stack allocates nothing.
 struct Stacks {
     interner: FrameInterner,
+    /// Frame id + 1 of each dict (0: not seen), stack id + 1 of each list: zero-initialized,
+    /// so that the allocator's zeroed pages serve as they are, never written but where used (a
+    /// snapshot has a dict per history entry: 16 MB of u32::MAX written at 4 M entries).
     frame_of_dict: Vec<u32>,
     stack_of_list: Vec<u32>,
     buf: Vec<u32>,
 }
 
-const UNSEEN: u32 = u32::MAX;
-
 impl Stacks {
     fn new(p: &Pickle) -> Self {
         Stacks {
             interner: FrameInterner::default(),
-            frame_of_dict: vec![UNSEEN; p.dict_count()],
-            stack_of_list: vec![UNSEEN; p.list_count()],
+            frame_of_dict: vec![0; p.dict_count()],
+            stack_of_list: vec![0; p.list_count()],
             buf: Vec::with_capacity(64),
         }
     }
@@ -612,25 +733,26 @@ impl Stacks {
         }
         if let Value::List(l) = frames {
             let known = self.stack_of_list[l as usize];
-            if known != UNSEEN {
-                return Some(known);
+            if known != 0 {
+                return Some(known - 1);
             }
         }
         self.buf.clear();
         for &f in list {
             let known = match f {
                 Value::Dict(d) => self.frame_of_dict[d as usize],
-                _ => UNSEEN,
+                _ => 0,
             };
-            let id = if known != UNSEEN {
-                known
+            let id = if known != 0 {
+                known - 1
             } else {
                 let filename = p.get(f, "filename").and_then(|v| p.str(v)).unwrap_or("?");
                 let line = p.get(f, "line").and_then(|v| p.int(v)).unwrap_or(0);
                 let name = p.get(f, "name").and_then(|v| p.str(v)).unwrap_or("?");
                 let id = self.interner.frame(filename, line, name);
                 if let Value::Dict(d) = f {
-                    self.frame_of_dict[d as usize] = id;
+                    // An id of u32::MAX is stored as "not seen": looked up again next time.
+                    self.frame_of_dict[d as usize] = id.wrapping_add(1);
                 }
                 id
             };
@@ -638,7 +760,7 @@ impl Stacks {
         }
         let id = self.interner.stack(&self.buf);
         if let Value::List(l) = frames {
-            self.stack_of_list[l as usize] = id;
+            self.stack_of_list[l as usize] = id.wrapping_add(1);
         }
         Some(id)
     }
