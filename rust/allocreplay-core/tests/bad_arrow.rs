@@ -1,6 +1,8 @@
 //! docs/bad-inputs.md, `.arrow` traces: values are checked on load, and a mutated file is an
 //! error naming the file, never a panic, an abort or an allocation of what the file claims.
 
+mod common;
+use common::Scratch;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,14 +19,12 @@ fn oom_trace() -> PathBuf {
     p
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("allocreplay-bad-arrow-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+fn tmp(name: &str) -> Scratch {
+    Scratch::file("bad-arrow", name)
 }
 
 /// torch_oom.arrow with column `col` replaced by `f(column)`, written to a temporary file.
-fn rewritten(name: &str, col: usize, f: impl FnOnce(&ArrayRef) -> ArrayRef) -> PathBuf {
+fn rewritten(name: &str, col: usize, f: impl FnOnce(&ArrayRef) -> ArrayRef) -> Scratch {
     let t = load(&oom_trace(), &ImportOptions::default()).unwrap();
     let b = t.batch();
     let mut cols = b.columns().to_vec();

@@ -1,6 +1,8 @@
 //! docs/bad-inputs.md, XLA dumps: truncated or missing text dumps are errors, not 0-byte plans
 //! or programs dropped from the output; runtime traces are bounded.
 
+mod common;
+use common::Scratch;
 use std::path::{Path, PathBuf};
 
 use allocreplay_core::import::xla::{list_programs, load_dump, load_program};
@@ -15,10 +17,8 @@ fn dump() -> PathBuf {
 
 /// A copy of the dump's text files (no .hlo.pb, so the text is what is read), with `edit`
 /// applied to the named file's text (None: the file is left out).
-fn text_copy(name: &str, suffix: &str, edit: impl Fn(&str) -> Option<String>) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("allocreplay-bad-xla-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+fn text_copy(name: &str, suffix: &str, edit: impl Fn(&str) -> Option<String>) -> Scratch {
+    let d = Scratch::dir("bad-xla", name);
     for e in std::fs::read_dir(dump()).unwrap() {
         let p = e.unwrap().path();
         let f = p.file_name().unwrap().to_string_lossy().into_owned();

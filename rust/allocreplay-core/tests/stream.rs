@@ -2,6 +2,8 @@
 //! (`MappedTrace`, `replay::replay_mapped`), gives what the same trace loaded whole gives:
 //! the checks, `info`, and every replay table.
 
+mod common;
+use common::Scratch;
 use std::path::{Path, PathBuf};
 
 use allocreplay_core::import::{load, ImportOptions};
@@ -17,10 +19,8 @@ fn repo(rel: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(rel)
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("allocreplay-stream-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+fn tmp(name: &str) -> Scratch {
+    Scratch::file("stream", name)
 }
 
 /// The four result tables, the summary without its wall-clock column.
