@@ -292,15 +292,15 @@ impl CudaMalloc {
         self.stats.sub_allocated(rounded, s.size);
         // cudaFree
         self.stats.num_device_free += 1;
+        let released = self.layout.free(s.placed, s.size, device);
         match s.placed {
             Placed::Large { addr, bytes } => {
                 self.large.remove(&addr);
                 self.stats.sub_reserved(bytes);
             }
+            // The page's last allocation: the page goes back to the driver.
+            Placed::Small { .. } if released => self.stats.sub_reserved(PAGE),
             Placed::Small { .. } => {}
-        }
-        if self.layout.free(s.placed, s.size, device) && matches!(s.placed, Placed::Small { .. }) {
-            self.stats.sub_reserved(PAGE);
         }
     }
 }
