@@ -47,7 +47,7 @@ lint: develop
 	$(VENV_ABS)/bin/ruff check python tests scripts
 	$(VENV_ABS)/bin/ruff format --check python tests scripts
 	$(VENV_ABS)/bin/mypy
-	$(PY) -m mypy.stubtest allocreplay._core
+	$(PY) -m mypy.stubtest allocreplay._core --mypy-config-file python/stubtest.ini
 
 # `make format`: what `make lint` checks, rewritten in place.
 format: venv
