@@ -2,16 +2,50 @@
 //! GlobalDecreasingSizeBestFit in kSpatial and kTemporal order). The trace is synthetic and
 //! deterministic: sizes log-uniform from 512 B to 64 MiB, about 256 allocations live at a
 //! time (each new allocation past that frees a random live one), like a training step.
-//! Run: `cargo bench -p allocreplay-core --bench offline_plan` (optionally `-- N`).
+//! Run: `cargo bench -p allocreplay-core --bench offline_plan` (optionally `-- N`), or
+//! `-- TRACE` to plan a real trace (any format `allocreplay.load` reads) instead.
 
 use std::time::Instant;
 
-use allocreplay_core::offline::plan_trace;
+use allocreplay_core::import::{load, ImportOptions};
+use allocreplay_core::offline::heap::{plan_with, Strategy};
+use allocreplay_core::offline::{default_alignment, plan_trace, trace_intervals};
 use allocreplay_core::trace::{EventRow, FrameTable, TraceBuilder, TraceMetadata};
 use allocreplay_core::Action;
+use std::hash::{Hash, Hasher};
 
 fn main() {
-    let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let arg = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if let Some(path) = arg.as_deref().filter(|a| a.parse::<usize>().is_err()) {
+        let trace = load(std::path::Path::new(path), &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        let device = trace.devices()[0];
+        for _ in 0..3 {
+            let t = Instant::now();
+            let r = plan_trace(&trace, device, 0).expect("plan");
+            let s = t.elapsed().as_secs_f64();
+            println!(
+                "offline_plan: {path}: {} events, {} buffers planned in {s:.3}s = {:.2} M events/s; ideal {} offline {} ({})",
+                trace.num_events(),
+                r.buffers,
+                trace.num_events() as f64 / s / 1e6,
+                r.ideal_peak_bytes,
+                r.offline_peak_bytes,
+                r.strategy
+            );
+        }
+        // Both orders' placements, hashed: a change to the planner must leave them equal.
+        let intervals = trace_intervals(&trace, device, 0).expect("intervals");
+        for strategy in [Strategy::Spatial, Strategy::Temporal] {
+            let t = Instant::now();
+            let p = plan_with(&intervals, default_alignment(&trace.metadata.source) as i64, strategy);
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            p.offsets.hash(&mut h);
+            p.heap_size.hash(&mut h);
+            println!("{strategy:?}: {:.3}s alone, heap {}, placements hash {:016x}", t.elapsed().as_secs_f64(), p.heap_size, h.finish());
+        }
+        return;
+    }
+    let n: usize = arg.and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
     let live_target = 256usize;
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = || {

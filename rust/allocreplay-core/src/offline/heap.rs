@@ -288,16 +288,23 @@ impl<'a> Planner<'a> {
             .collect();
         keyed.sort_unstable();
         // What each placement reads of its interval, in placement order.
-        let jobs: Vec<Job> = keyed
-            .iter()
-            .map(|&(_, _, _, i)| {
-                let i = i as usize;
+        // (In sorted order the intervals are read at random: each one's fields are asked for
+        // a few ahead.)
+        let jobs: Vec<Job> = (0..keyed.len())
+            .map(|t| {
+                if let Some(&(_, _, _, later)) = keyed.get(t + 16) {
+                    let later = later as usize;
+                    prefetch(std::slice::from_ref(&iv[later]));
+                    prefetch(std::slice::from_ref(&self.max_size[later]));
+                    prefetch(std::slice::from_ref(&self.layout.at[later]));
+                }
+                let i = keyed[t].3 as usize;
                 Job {
                     i: i as u32,
                     size: iv[i].size,
                     max_colocation_size: self.max_size[i],
                     at: self.layout.at[i],
-                    colocated: self.colo_start[i] != self.colo_start[i + 1],
+                    colocated: !self.colo.is_empty() && self.colo_start[i] != self.colo_start[i + 1],
                 }
             })
             .collect();
@@ -326,9 +333,16 @@ impl<'a> Planner<'a> {
             if let Some(next) = jobs.get(t + 1) {
                 self.layout.prefetch(&placed, next.at);
             }
+            // Further ahead, what finding those lists reads: the placements jump in time, so
+            // each one's list bounds and union headers are elsewhere in memory.
+            if let Some(later) = jobs.get(t + AHEAD) {
+                self.layout.prefetch_heads(&placed, later.at);
+                prefetch(std::slice::from_ref(&offsets[later.i as usize]));
+                prefetch(std::slice::from_ref(&chunk_sizes[later.i as usize]));
+            }
             let i = job.i as usize;
             let max_colocation_size = job.max_colocation_size;
-            let offset = self.find_chunk_candidate(&placed, &mut scratch, job);
+            let offset = self.find_chunk_candidate(&mut placed, &mut scratch, job);
             // CommitChunkAndInterval: the chunk of the largest colocation, for all of them.
             heap_size = heap_size.max(offset + max_colocation_size);
             let colocations = if job.colocated { self.colocations(i) } else { &[] };
@@ -347,6 +361,7 @@ impl<'a> Planner<'a> {
                 self.layout.add(&mut placed, a, offset, max_colocation_size)?;
             }
         }
+
         Ok(HeapPlan { strategy, heap_size, offsets, chunk_sizes })
     }
 
@@ -354,7 +369,7 @@ impl<'a> Planner<'a> {
     /// the used chunks of the placed intervals overlapping `i` (and its colocations) in time,
     /// by offset, walked once; each free chunk is judged as found (by increasing offset, the
     /// open end last), keeping the first smallest that fits.
-    fn find_chunk_candidate<C: Chunk>(&self, placed: &Placed<C>, scratch: &mut Scratch, job: &Job) -> i64 {
+    fn find_chunk_candidate<C: Chunk>(&self, placed: &mut Placed<C>, scratch: &mut Scratch, job: &Job) -> i64 {
         let (size, max_colocation_size) = (job.size, job.max_colocation_size);
         if !job.colocated && size >= 1 && max_colocation_size >= size && self.alignment & (self.alignment - 1) == 0 {
             // The common case: the chunks come sorted from the overlap structure.
@@ -472,6 +487,13 @@ impl FreeChunkWalk {
         self.best_size = select_unpredictable(take, length, self.best_size);
         self.best_offset = select_unpredictable(take, start, self.best_offset);
         self.run_end = self.run_end.max(end);
+    }
+
+    /// Whether the best free chunk so far is exactly as long as needed: no later one can
+    /// replace it.
+    #[inline(always)]
+    fn exact(&self) -> bool {
+        self.best_size == self.need
     }
 
     /// [`Self::step`] if `keep`, else nothing.
@@ -616,6 +638,23 @@ struct SlotInfo {
 /// block's list. `block` doubles until the window lists hold at most
 /// [`MAX_ENTRIES_PER_INTERVAL`] entries per interval (a trace where much lives long gets
 /// fewer, longer lists).
+///
+/// Unions. The free chunks of the walk are the gaps of the used chunks' union, so where
+/// every query keeps a set of chunks, that set can be kept as its union: disjoint runs by
+/// offset, far fewer than the chunks where much lives long. This holds when no interval is
+/// ever placed twice (no colocations: nothing is removed) and every query takes the walk
+/// (sizes of at least 1, a power-of-two alignment). Then
+/// - an interval live through the whole of window k (it began before p, `upto >= p +
+///   block`) passes every filter of list k: it joins list k's union (`through`), not its
+///   entries — or, when it is live through all [`SUPER`] windows of k's group, the group's
+///   union (`super_through`), which spares a long-lived interval an insert per window;
+/// - the blocks a query reads after its window are whole but for the last: a segment tree
+///   over the blocks keeps the union of the chunks placed in each node's blocks, and a query
+///   reads the O(log) nodes covering its whole blocks instead of every chunk of every block
+///   (an interval living through most of a trace would read them all). A placement marks
+///   its block's leaf and the nodes above it stale; a node is rebuilt (a leaf from its
+///   block's list, a node above by merging its children) when a query reads it, so only
+///   nodes that are read are ever built.
 struct Layout {
     block: usize,
     window: usize,
@@ -625,12 +664,29 @@ struct Layout {
     list_start: Vec<usize>,
     /// Offsets and sizes are multiples of `1 << shift` ([`Compact`]'s unit).
     shift: u32,
+    /// Whether chunks are kept as unions where they can be (see above).
+    unions: bool,
+    /// The segment tree's leaves (block b: node `leaves + b`; node v's children `2v`, `2v +
+    /// 1`).
+    leaves: usize,
 }
 
 /// The slots of a checkpoint's block, and how many blocks its window spans (measured on the
 /// offline_plan bench: smaller blocks and longer windows put each interval in more lists).
 const BLOCK: usize = 512;
+/// The same with unions (on the real qwen2 capture tiled twice, blocks of 32 and 64 slots
+/// were fastest, 128 ~10% slower, 512 ~2× slower).
+const BLOCK_WITH_UNIONS: usize = 64;
+/// Unions are kept when half the intervals span at most this many slots.
+const SHORT_MEDIAN: u32 = 16;
 const WINDOW_BLOCKS: usize = 1;
+/// A window list longer than this many times its runs is merged with them as it is read;
+/// a shorter one is filtered first (fewer steps of the merge).
+const FILTER_FIRST: usize = 4;
+/// How many placements ahead [`Layout::prefetch_heads`] runs ([`Layout::prefetch`]: one).
+const AHEAD: usize = 4;
+/// Windows per group of [`Layout`]'s `super_through` unions.
+const SUPER: usize = 16;
 /// Bound on the window lists' entries, per interval (plus a constant).
 const MAX_ENTRIES_PER_INTERVAL: usize = 8;
 
@@ -641,6 +697,15 @@ struct Placed<C> {
     /// Block b's list: `blocks[b * block..b * block + block_len[b]]`.
     blocks: Vec<C>,
     block_len: Vec<u32>,
+    /// Node v's union of used chunks, `(offset, end)` runs by offset, disjoint and not
+    /// touching (see [`Layout`]); stale where `stale[v]`.
+    unions: Vec<Vec<(i64, i64)>>,
+    /// Nodes placed under since their union was merged (a stale node's ancestors are stale).
+    stale: Vec<bool>,
+    /// Window list k's union of the chunks live through its window (but not its group's).
+    through: Vec<Vec<(i64, i64)>>,
+    /// Group g's union of the chunks live through its windows `g * SUPER..(g + 1) * SUPER`.
+    super_through: Vec<Vec<(i64, i64)>>,
 }
 
 impl<C: Chunk> Placed<C> {
@@ -652,6 +717,10 @@ impl<C: Chunk> Placed<C> {
             list_len: vec![0; lists],
             blocks: vec![C::default(); n],
             block_len: vec![0; n.div_ceil(layout.block).max(1)],
+            unions: vec![Vec::new(); 2 * layout.leaves],
+            stale: vec![false; 2 * layout.leaves],
+            through: vec![Vec::new(); if layout.unions { lists } else { 0 }],
+            super_through: vec![Vec::new(); if layout.unions { lists.div_ceil(SUPER) } else { 0 }],
         }
     }
 }
@@ -671,16 +740,34 @@ impl Layout {
             if starts[slot] != starts[lo] {
                 lo = slot;
             }
-            let upto = starts.partition_point(|&s| s <= iv[i as usize].end).max(slot + 1);
+            // The slots starting at or before its end (at least its own): searched forward
+            // from its slot by doubling steps, as most intervals end soon after they start.
+            let end = iv[i as usize].end;
+            let (mut known, mut probe, mut step) = (slot + 1, slot + 1, 1);
+            while probe < n && starts[probe] <= end {
+                known = probe + 1;
+                probe += step;
+                step *= 2;
+            }
+            let upto = known + starts[known..probe.min(n)].partition_point(|&s| s <= end);
             at[i as usize] = SlotInfo { slot: slot as u32, lo: lo as u32, upto: upto as u32 };
         }
         let shift = iv.iter().map(|x| x.size.trailing_zeros()).fold(alignment.trailing_zeros(), u32::min).min(62);
-        let (mut block, mut window) = block_window.unwrap_or((BLOCK, BLOCK * WINDOW_BLOCKS));
+        // Unions (see above) pay where most intervals are short and the rest live long (a
+        // generate run: weights and caches through all of it, activations for a few slots).
+        // Where intervals live long in general, the unions hold about as many runs as
+        // chunks, and plain lists of longer blocks are faster (offline_plan's synthetic
+        // trace: ~1.3× slower with unions).
+        let unions = iv.iter().all(|x| x.colocations.is_empty() && x.size >= 1)
+            && alignment & (alignment - 1) == 0
+            && (block_window.is_some() || median_slots(&at) <= SHORT_MEDIAN);
+        let default = if unions { (BLOCK_WITH_UNIONS, BLOCK_WITH_UNIONS * WINDOW_BLOCKS) } else { (BLOCK, BLOCK * WINDOW_BLOCKS) };
+        let (mut block, mut window) = block_window.unwrap_or(default);
         // A window of whole blocks, at least one: the blocks a query reads after it then
         // start past its own block and hold none of the window's slots.
         block = block.max(1);
         window = window.div_ceil(block).max(1) * block;
-        let mut layout = Layout { block, window, at, list_start: Vec::new(), shift };
+        let mut layout = Layout { block, window, at, list_start: Vec::new(), shift, unions, leaves: 0 };
         loop {
             let total: usize = layout.at.iter().map(|a| layout.lists_of(a.slot, a.upto).count()).sum();
             if block_window.is_some() || total <= MAX_ENTRIES_PER_INTERVAL * n + 65_536 || block >= n {
@@ -689,18 +776,89 @@ impl Layout {
             layout.block *= 2;
             layout.window *= 2;
         }
-        let lists = layout.lists();
+        if layout.unions {
+            layout.leaves = layout.lists().next_power_of_two();
+        }
+        layout.size_lists();
+        layout
+    }
+
+    /// Sizes each window list for the entries it will hold.
+    fn size_lists(&mut self) {
+        let lists = self.lists();
         let mut list_start = vec![0usize; lists + 1];
-        for a in &layout.at {
-            for k in layout.lists_of(a.slot, a.upto) {
+        for a in &self.at {
+            for k in self.lists_of(a.slot, a.upto).filter(|&k| !self.through(*a, k)) {
                 list_start[k + 1] += 1;
             }
         }
         for k in 0..lists {
             list_start[k + 1] += list_start[k];
         }
-        layout.list_start = list_start;
-        layout
+        self.list_start = list_start;
+    }
+
+    /// Whether the interval at `a` joins window list k's union rather than its entries: it
+    /// began before the list's first slot and is live through its block.
+    #[inline]
+    fn through(&self, a: SlotInfo, k: usize) -> bool {
+        let p = k * self.block;
+        self.unions && (a.slot as usize) < p && a.upto as usize >= p + self.block
+    }
+
+    /// Whether the interval at `a` is live through every window of group `g` (then it joins
+    /// the group's union).
+    #[inline]
+    fn super_through(&self, a: SlotInfo, g: usize) -> bool {
+        let p = g * SUPER * self.block;
+        self.unions && (a.slot as usize) < p && a.upto as usize >= p + SUPER * self.block
+    }
+
+    /// Rebuilds the stale nodes at and under `v`: a leaf from its block's list, a node above
+    /// from its children.
+    fn refresh<C: Chunk>(&self, placed: &mut Placed<C>, v: usize) {
+        if !placed.stale[v] {
+            return;
+        }
+        let mut out = std::mem::take(&mut placed.unions[v]);
+        if v >= self.leaves {
+            let b = v - self.leaves;
+            let list = &placed.blocks[b * self.block..b * self.block + placed.block_len[b] as usize];
+            out.clear();
+            out.extend(list.iter().map(|e| (e.offset(self.shift), e.end(self.shift))));
+            join_runs(&mut out);
+        } else {
+            self.refresh(placed, 2 * v);
+            self.refresh(placed, 2 * v + 1);
+            union_of(&placed.unions[2 * v], &placed.unions[2 * v + 1], &mut out);
+        }
+        placed.unions[v] = out;
+        placed.stale[v] = false;
+    }
+
+    /// Of a query's `blocks` (ending before slot `upto`), those it reads whole.
+    #[inline]
+    fn whole_blocks(&self, blocks: &std::ops::Range<usize>, upto: u32) -> std::ops::Range<usize> {
+        blocks.start..blocks.end.min(upto as usize / self.block).max(blocks.start)
+    }
+
+    /// The nodes whose blocks make up `blocks`, each block in one (the segment tree's
+    /// canonical cover, bottom up).
+    #[inline]
+    fn tree_nodes(&self, blocks: std::ops::Range<usize>, mut f: impl FnMut(usize)) {
+        let (mut l, mut r) = (blocks.start + self.leaves, blocks.end + self.leaves);
+        while l < r {
+            if l & 1 == 1 {
+                f(l);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                f(r);
+            }
+            l >>= 1;
+            r >>= 1;
+        }
     }
 
     /// Whether [`Compact`] can hold the relative slots (its offsets are checked as placed).
@@ -733,23 +891,46 @@ impl Layout {
     /// Records the interval at `a` placed at `[offset, offset + size)`.
     fn add<C: Chunk>(&self, placed: &mut Placed<C>, a: SlotInfo, offset: i64, size: i64) -> Result<(), DoesNotFit> {
         let end = offset.saturating_add(size);
-        for k in self.lists_of(a.slot, a.upto) {
-            let start = self.list_start[k];
-            let len = placed.list_len[k] as usize;
-            insert_by_offset(&mut placed.entries[start..start + len + 1], self.entry(a, k * self.block, offset, end)?, self.shift);
-            placed.list_len[k] += 1;
+        let lists = self.lists_of(a.slot, a.upto);
+        let (mut k, last) = (*lists.start(), *lists.end());
+        while k <= last {
+            let g = k / SUPER;
+            if self.super_through(a, g) {
+                // Live through the whole group: k is its first window (see `lists_of`).
+                union_insert(&mut placed.super_through[g], offset, end);
+                k = (g + 1) * SUPER;
+                continue;
+            }
+            if self.through(a, k) {
+                union_insert(&mut placed.through[k], offset, end);
+            } else {
+                let start = self.list_start[k];
+                let len = placed.list_len[k] as usize;
+                insert_by_offset(&mut placed.entries[start..start + len + 1], self.entry(a, k * self.block, offset, end)?, self.shift);
+                placed.list_len[k] += 1;
+            }
+            k += 1;
         }
         let b = a.slot as usize / self.block;
         let start = b * self.block;
         let len = placed.block_len[b] as usize;
         insert_by_offset(&mut placed.blocks[start..start + len + 1], self.entry(a, start, offset, end)?, self.shift);
         placed.block_len[b] += 1;
+        if self.unions {
+            let mut v = self.leaves + b;
+            while v > 0 && !placed.stale[v] {
+                placed.stale[v] = true;
+                v /= 2;
+            }
+        }
         Ok(())
     }
 
     /// Undoes [`Self::add`] of interval `i` at `[offset, end)` (an entry equal to its in every
     /// field is dropped from each list: equal entries are interchangeable).
     fn remove<C: Chunk>(&self, placed: &mut Placed<C>, i: usize, offset: i64, end: i64) {
+        // Only colocations are placed twice, and with them there is no tree to undo.
+        debug_assert!(!self.unions, "a union cannot drop a chunk");
         let a = self.at[i];
         let s = self.shift;
         let drop_from = |list: &mut [C], len: &mut u32, p: usize| {
@@ -792,13 +973,32 @@ impl Layout {
     fn prefetch<C: Chunk>(&self, placed: &Placed<C>, a: SlotInfo) {
         let (k, _, _, blocks, upto) = self.query(a);
         prefetch(self.list(placed, k));
-        for b in blocks.take(2) {
+        if self.unions {
+            prefetch(&placed.through[k]);
+            prefetch(&placed.super_through[k / SUPER]);
+        }
+        let whole_end = if self.unions { self.whole_blocks(&blocks, upto).end } else { blocks.start };
+        for b in (whole_end..blocks.end).take(2) {
             prefetch(self.block_list(placed, b, upto).0);
         }
         for k in self.lists_of(a.slot, a.upto).filter(|&j| j != k).take(2) {
             prefetch(self.list(placed, k));
         }
         prefetch(self.block_list(placed, a.slot as usize / self.block, upto).0);
+    }
+
+    /// What [`Self::prefetch`] reads to find the lists: their bounds and union headers.
+    #[inline]
+    fn prefetch_heads<C: Chunk>(&self, placed: &Placed<C>, a: SlotInfo) {
+        let k = a.lo as usize / self.block;
+        prefetch(std::slice::from_ref(&self.list_start[k]));
+        prefetch(std::slice::from_ref(&placed.list_len[k]));
+        if self.unions {
+            prefetch(std::slice::from_ref(&placed.through[k]));
+            prefetch(std::slice::from_ref(&placed.super_through[k / SUPER]));
+        }
+        let b = a.slot as usize / self.block;
+        prefetch(std::slice::from_ref(&placed.block_len[b]));
     }
 
     #[inline]
@@ -817,6 +1017,7 @@ impl Layout {
     /// The placed chunks `(offset, end)` overlapping the interval at `a` in time, in no set
     /// order.
     fn overlapping<C: Chunk>(&self, placed: &Placed<C>, a: SlotInfo, out: &mut impl FnMut(i64, i64)) {
+        debug_assert!(!self.unions, "chunks kept as unions are not listed one by one");
         let (k, hi, lo, blocks, upto) = self.query(a);
         let s = self.shift;
         for e in self.list(placed, k) {
@@ -836,26 +1037,69 @@ impl Layout {
 
     /// [`Self::overlapping`] by offset, into `walk`; the offset it picks.
     #[inline]
-    fn best_fit<C: Chunk>(&self, placed: &Placed<C>, a: SlotInfo, mut walk: FreeChunkWalk, scratch: &mut Scratch) -> i64 {
+    fn best_fit<C: Chunk>(&self, placed: &mut Placed<C>, a: SlotInfo, mut walk: FreeChunkWalk, scratch: &mut Scratch) -> i64 {
         let (k, hi, lo, blocks, upto) = self.query(a);
+        let whole = if self.unions { self.whole_blocks(&blocks, upto) } else { blocks.start..blocks.start };
+        self.tree_nodes(whole.clone(), |v| self.refresh(placed, v));
+        let placed = &*placed;
         let s = self.shift;
         let list = self.list(placed, k);
-        if blocks.is_empty() {
-            for &e in list {
+        let Scratch { buf, tmp, bounds, next_bounds, runs } = scratch;
+        // The runs live through the window: its own and its group's.
+        let through: &[(i64, i64)] = match self.unions {
+            false => &[],
+            true if placed.super_through[k / SUPER].is_empty() => &placed.through[k],
+            true => {
+                // Merged, not joined: the walk takes overlapping chunks as they come.
+                let (a, b) = (&placed.through[k], &placed.super_through[k / SUPER]);
+                runs.resize(a.len() + b.len(), (0, 0));
+                merge_into(a, b, runs);
+                runs
+            }
+        };
+        // A free chunk of exactly the size needed can't be beaten (only a strictly smaller
+        // one replaces the best): the walks stop there.
+        if blocks.is_empty() && list.len() > FILTER_FIRST * through.len() {
+            // A long list and few runs: the list's entries kept, merged with the runs as they
+            // come.
+            let (mut x, mut y) = (0, 0);
+            while x < list.len() && y < through.len() && !walk.exact() {
+                let (e, (o, end)) = (list[x], through[y]);
+                let first = e.offset(s) <= o;
+                let keep = !first | ((e.rel_slot() < hi) & (e.rel_upto() > lo));
+                walk.step_if(keep, select_unpredictable(first, e.offset(s), o), select_unpredictable(first, e.end(s), end));
+                x += first as usize;
+                y += !first as usize;
+            }
+            for &e in &list[x..] {
                 walk.step_if((e.rel_slot() < hi) & (e.rel_upto() > lo), e.offset(s), e.end(s));
+            }
+            for &(o, end) in &through[y..] {
+                walk.step(o, end);
             }
             return walk.finish();
         }
-        // Ends beyond the window: the window list's chunks kept and each block's, as sorted
-        // runs in one buffer, merged pairwise until two are left, which the walk merges.
+        // The window list's chunks kept, the runs live through the window and, when it ends
+        // beyond the window, each block's chunks, as sorted runs in one buffer, merged
+        // pairwise until two are left, which the walk merges (filtered first, the list's
+        // chunks merge with the runs in fewer steps).
         // Without branches on the data: every entry is written, the length advances by
         // whether it is kept; a merge takes the smaller head and advances that side.
-        let Scratch { buf, tmp, bounds, next_bounds } = scratch;
         buf.clear();
         bounds.clear();
         bounds.push(0);
         push_run(buf, bounds, list, s, |e| (e.rel_slot() < hi) & (e.rel_upto() > lo));
-        for b in blocks {
+        if !through.is_empty() {
+            buf.extend_from_slice(through);
+            bounds.push(buf.len());
+        }
+        self.tree_nodes(whole.clone(), |v| {
+            if !placed.unions[v].is_empty() {
+                buf.extend_from_slice(&placed.unions[v]);
+                bounds.push(buf.len());
+            }
+        });
+        for b in whole.end..blocks.end {
             let (list, hi) = self.block_list(placed, b, upto);
             push_run(buf, bounds, list, s, |e| e.rel_slot() < hi);
         }
@@ -883,7 +1127,7 @@ impl Layout {
         let middle = if bounds.len() == 3 { bounds[1] } else { buf.len() };
         let (ours, theirs) = buf.split_at(middle);
         let (mut x, mut y) = (0, 0);
-        while x < ours.len() && y < theirs.len() {
+        while x < ours.len() && y < theirs.len() && !walk.exact() {
             let (p, q) = (ours[x], theirs[y]);
             let first = p.0 <= q.0;
             let (o, e) = select_unpredictable(first, p, q);
@@ -892,10 +1136,24 @@ impl Layout {
             y += !first as usize;
         }
         for &(o, e) in ours[x..].iter().chain(&theirs[y..]) {
+            if walk.exact() {
+                break;
+            }
             walk.step(o, e);
         }
         walk.finish()
     }
+}
+
+/// The median of the intervals' spans in slots (`upto - slot`), over a sample of at most
+/// ~4,096 of them.
+fn median_slots(at: &[SlotInfo]) -> u32 {
+    let mut spans: Vec<u32> = at.iter().step_by(at.len().div_ceil(4096).max(1)).map(|a| a.upto - a.slot).collect();
+    if spans.is_empty() {
+        return 0;
+    }
+    let middle = spans.len() / 2;
+    *spans.select_nth_unstable(middle).1
 }
 
 /// Reused buffers of the queries that merge several lists.
@@ -906,6 +1164,8 @@ struct Scratch {
     /// Where each sorted run of `buf` starts (and the last ends).
     bounds: Vec<usize>,
     next_bounds: Vec<usize>,
+    /// Unions merged for one query.
+    runs: Vec<(i64, i64)>,
 }
 
 /// Appends the chunks of `list` that `keep` keeps to `buf` as one run.
@@ -939,6 +1199,43 @@ fn merge_into(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut [(i64, i64)]) {
     let at = x + y;
     let rest = if x < a.len() { &a[x..] } else { &b[y..] };
     out[at..at + rest.len()].copy_from_slice(rest);
+}
+
+/// Adds `[offset, end)` to `runs` (disjoint, not touching, by offset), merging the runs it
+/// overlaps or touches: the union of the chunks, which is all the free-chunk walk depends on
+/// (a chunk starting where the used ones before it end lists no free chunk).
+fn union_insert(runs: &mut Vec<(i64, i64)>, offset: i64, end: i64) {
+    let first = runs.partition_point(|r| r.1 < offset);
+    let past = runs.partition_point(|r| r.0 <= end);
+    if first == past {
+        runs.insert(first, (offset, end));
+    } else {
+        runs[first] = (runs[first].0.min(offset), runs[past - 1].1.max(end));
+        runs.drain(first + 1..past);
+    }
+}
+
+/// The union of `a` and `b` (runs as [`union_insert`] keeps them) into `out`.
+fn union_of(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut Vec<(i64, i64)>) {
+    out.resize(a.len() + b.len(), (0, 0));
+    merge_into(a, b, out);
+    join_runs(out);
+}
+
+/// Chunks sorted by offset joined, in place, into runs as [`union_insert`] keeps them,
+/// without branches on the data: each chunk is written after the last run, which advances
+/// unless the chunk overlaps or touches that run (then the run takes its end).
+fn join_runs(runs: &mut Vec<(i64, i64)>) {
+    let mut len = 0;
+    for i in 0..runs.len() {
+        let (o, e) = runs[i];
+        let last = runs[len.max(1) - 1];
+        let join = (len > 0) & (o <= last.1);
+        runs[len.max(1) - 1].1 = select_unpredictable(join, last.1.max(e), last.1);
+        runs[len] = (o, e);
+        len += !join as usize;
+    }
+    runs.truncate(len);
 }
 
 /// Prefetches the cache lines of `s` (a hint: nothing on other targets).
@@ -1010,11 +1307,11 @@ mod tests {
         }
         let mut scratch = Scratch::default();
         let job = |max_colocation_size| Job { i: 3, size: 150, max_colocation_size, at: layout.at[3], colocated: false };
-        assert_eq!(planner.find_chunk_candidate(&placed, &mut scratch, &job(150)), 100);
+        assert_eq!(planner.find_chunk_candidate(&mut placed, &mut scratch, &job(150)), 100);
         // 250 bytes: [100,300) too small → [400,1000).
-        assert_eq!(planner.find_chunk_candidate(&placed, &mut scratch, &job(250)), 400);
+        assert_eq!(planner.find_chunk_candidate(&mut placed, &mut scratch, &job(250)), 400);
         // 700 bytes: only the open end.
-        assert_eq!(planner.find_chunk_candidate(&placed, &mut scratch, &job(700)), 1100);
+        assert_eq!(planner.find_chunk_candidate(&mut placed, &mut scratch, &job(700)), 1100);
     }
 
     #[test]
@@ -1106,12 +1403,21 @@ mod tests {
         out
     }
 
+    impl Layout {
+        /// Every chunk listed one by one, as with colocations.
+        fn without_unions(&mut self) {
+            (self.unions, self.leaves) = (false, 0);
+            self.size_lists();
+        }
+    }
+
     fn overlap_query_cases<C: Chunk>() {
         // 0 [0,4] @10 and 1 [5,9] @20 placed; 2 [4,5] touches both ends; 3 [0,0] only 0;
         // 4 [10,12] none; 5 [2,3] (unplaced) is not reported to 3.
         let ivs = [iv(0, 1, 0, 4), iv(1, 1, 5, 9), iv(2, 1, 4, 5), iv(3, 1, 0, 0), iv(4, 1, 10, 12), iv(5, 1, 2, 3)];
         for bw in [None, Some((1, 1)), Some((2, 2)), Some((1, 3))] {
-            let planner = Planner::with_layout(&ivs, 1, bw);
+            let mut planner = Planner::with_layout(&ivs, 1, bw);
+            planner.layout.without_unions();
             let (layout, mut placed) = (&planner.layout, Placed::<C>::new(&planner.layout));
             assert!(layout.add(&mut placed, layout.at[0], 10, 1).is_ok());
             assert!(layout.add(&mut placed, layout.at[1], 20, 1).is_ok());
@@ -1163,24 +1469,42 @@ mod tests {
             for k in (1..n).rev() {
                 order.swap(k, rnd(k as u64 + 1) as usize);
             }
-            for bw in [None, Some((1, 1)), Some((1, 4)), Some((3, 6)), Some((4, 4)), Some((16, 32))] {
-                let planner = Planner::with_layout(&ivs, 1, bw);
+            // Chunks that overlap and touch each other, so that unions merge them.
+            let chunks: Vec<(i64, i64)> = (0..n)
+                .map(|_| {
+                    let o = rnd(80) as i64;
+                    (o, o + 1 + rnd(9) as i64)
+                })
+                .collect();
+            for (unions, bw) in [false, true]
+                .into_iter()
+                .flat_map(|u| [None, Some((1, 1)), Some((1, 4)), Some((3, 6)), Some((4, 4)), Some((16, 32))].map(|bw| (u, bw)))
+            {
+                let mut planner = Planner::with_layout(&ivs, 1, bw);
+                // No colocations, sizes of at least 1: unions, unless the default layout
+                // finds the intervals long (then the plain lists alone are tested).
+                assert!(planner.layout.unions || bw.is_none());
+                if unions && !planner.layout.unions {
+                    continue;
+                }
+                if !unions {
+                    planner.layout.without_unions();
+                }
                 let (layout, mut placed) = (&planner.layout, Placed::<C>::new(&planner.layout));
                 let mut done: Vec<usize> = Vec::new();
                 let mut scratch = Scratch::default();
                 for (step, &p) in order.iter().enumerate() {
                     let q = order[rnd(n as u64) as usize];
-                    let mut want: Vec<(i64, i64)> = done
-                        .iter()
-                        .filter(|&&j| ivs[j].start <= ivs[q].end && ivs[j].end >= ivs[q].start)
-                        .map(|&j| (10 * j as i64, 10 * j as i64 + 3))
-                        .collect();
+                    let mut want: Vec<(i64, i64)> =
+                        done.iter().filter(|&&j| ivs[j].start <= ivs[q].end && ivs[j].end >= ivs[q].start).map(|&j| chunks[j]).collect();
                     want.sort();
-                    assert_eq!(query(layout, &placed, q), want, "round {round} step {step} {bw:?}");
+                    if !unions {
+                        assert_eq!(query(layout, &placed, q), want, "round {round} step {step} {bw:?}");
+                    }
                     // The sorted walk agrees with best_fit over the scan.
                     let walk = FreeChunkWalk::new(2, 4, 2);
-                    assert_eq!(layout.best_fit(&placed, layout.at[q], walk, &mut scratch), best_fit(want.iter().copied(), 2, 4, 2));
-                    assert!(layout.add(&mut placed, layout.at[p], 10 * p as i64, 3).is_ok());
+                    assert_eq!(layout.best_fit(&mut placed, layout.at[q], walk, &mut scratch), best_fit(want.iter().copied(), 2, 4, 2));
+                    assert!(layout.add(&mut placed, layout.at[p], chunks[p].0, chunks[p].1 - chunks[p].0).is_ok());
                     done.push(p);
                 }
             }
@@ -1284,7 +1608,9 @@ mod tests {
             for h in 0..n {
                 let big = rnd(3) == 0;
                 let size = if rnd(10) == 0 { 0 } else { 1 + rnd(if big { 5000 } else { 300 }) as i64 };
-                if !live.is_empty() && rnd(4) == 0 {
+                // Odd rounds share chunks (colocations: block lists merged); even ones don't
+                // (the segment tree of unions).
+                if !live.is_empty() && round % 2 == 1 && rnd(4) == 0 {
                     let (with, wsize) = live[rnd(live.len() as u64) as usize];
                     b.share_with(h, h as u64 ^ 5, with, size.max(wsize.min(size + 1)));
                 } else {

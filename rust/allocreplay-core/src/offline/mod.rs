@@ -124,6 +124,16 @@ fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, V
     Ok((b, sizes, events))
 }
 
+/// The lifetimes [`plan_trace`] plans for `device` (alignment 0: the default), for benches
+/// that time or check [`heap::plan_with`] on a real trace.
+#[doc(hidden)]
+pub fn trace_intervals(trace: &Trace, device: i32, alignment: u64) -> Result<Vec<heap::BufferInterval>> {
+    let alignment = if alignment == 0 { default_alignment(&trace.metadata.source) } else { alignment };
+    let (mut b, _, _) = lifetimes(trace, device, alignment as i64)?;
+    b.free_all_open();
+    Ok(b.intervals)
+}
+
 /// Where an offline bound first exceeds a capacity (`ideal` / `offline` replays with
 /// `--capacity`): the first allocation event at which the live bytes (`planned = false`) or
 /// the end of the plan's chunk (`planned = true`) go beyond `capacity`.
