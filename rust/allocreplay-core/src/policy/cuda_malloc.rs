@@ -61,6 +61,17 @@ struct Page {
     free: Vec<(u32, u32)>,
 }
 
+/// `v.remove(i)`, with no call to `memmove` when `i` is the last index: the lists here are
+/// short (most classes hold one range, most pages a few), and that is the common case.
+#[inline]
+fn remove_at<T>(v: &mut Vec<T>, i: usize) {
+    if i + 1 == v.len() {
+        v.pop();
+    } else {
+        v.remove(i);
+    }
+}
+
 /// Length classes of the free ranges inside shared pages: multiples of 512 bytes, up to a page.
 const CLASSES: usize = (PAGE / MALLOC_ALIGN) as usize;
 
@@ -68,18 +79,28 @@ const CLASSES: usize = (PAGE / MALLOC_ALIGN) as usize;
 /// by length class: a bitmap of the classes that hold a range (two levels of `u64`), and per
 /// class its ranges as `page << 32 | offset`, sorted. The shortest fitting range is the first
 /// set bit at or after the request's class: no search tree.
+///
+/// A class's least range is kept apart, in an array of one word per class: a best fit reads it
+/// with no list to follow, and most classes hold one range at most (a real trace's inserts go
+/// to an empty class two times in three), so their lists are seldom touched.
 #[derive(Debug)]
 struct FreeBySize {
     /// Bit `c % 64` of `words[c / 64]`: class `c` (ranges of `(c + 1) * 512` bytes) is not empty.
     words: [u64; CLASSES / 64],
     /// Bit `w`: `words[w] != 0`.
     summary: u64,
-    ranges: Vec<Vec<u64>>,
+    /// Per class, its least range ([`NO_RANGE`] when the class is empty).
+    first: Vec<u64>,
+    /// Per class, its other ranges, sorted.
+    rest: Vec<Vec<u64>>,
 }
+
+/// [`FreeBySize::first`] of an empty class (no range has that key: offsets are below a page).
+const NO_RANGE: u64 = u64::MAX;
 
 impl Default for FreeBySize {
     fn default() -> Self {
-        FreeBySize { words: [0; CLASSES / 64], summary: 0, ranges: vec![Vec::new(); CLASSES] }
+        FreeBySize { words: [0; CLASSES / 64], summary: 0, first: vec![NO_RANGE; CLASSES], rest: vec![Vec::new(); CLASSES] }
     }
 }
 
@@ -93,21 +114,32 @@ impl FreeBySize {
     fn insert(&mut self, len: u64, page: u32, off: u64) {
         let c = Self::class(len);
         let key = (u64::from(page) << 32) | off;
-        let list = &mut self.ranges[c];
+        let first = &mut self.first[c];
+        if *first == NO_RANGE {
+            *first = key;
+            self.words[c / 64] |= 1 << (c % 64);
+            self.summary |= 1 << (c / 64);
+            return;
+        }
+        // The larger of the two goes to the list.
+        let key = if key < *first { std::mem::replace(first, key) } else { key };
+        let list = &mut self.rest[c];
         let i = list.partition_point(|&k| k < key);
         list.insert(i, key);
-        self.words[c / 64] |= 1 << (c % 64);
-        self.summary |= 1 << (c / 64);
     }
 
     fn remove(&mut self, len: u64, page: u32, off: u64) {
         let c = Self::class(len);
         let key = (u64::from(page) << 32) | off;
-        let list = &mut self.ranges[c];
-        let i = list.partition_point(|&k| k < key);
-        debug_assert_eq!(list.get(i), Some(&key), "free range not found");
-        list.remove(i);
-        if list.is_empty() {
+        let list = &mut self.rest[c];
+        if self.first[c] != key {
+            let i = list.partition_point(|&k| k < key);
+            debug_assert_eq!(list.get(i), Some(&key), "free range not found");
+            remove_at(list, i);
+        } else if !list.is_empty() {
+            self.first[c] = list.remove(0);
+        } else {
+            self.first[c] = NO_RANGE;
             self.words[c / 64] &= !(1 << (c % 64));
             if self.words[c / 64] == 0 {
                 self.summary &= !(1 << (c / 64));
@@ -131,7 +163,7 @@ impl FreeBySize {
             let w = above.trailing_zeros() as usize;
             w * 64 + self.words[w].trailing_zeros() as usize
         };
-        let key = self.ranges[c][0];
+        let key = self.first[c];
         Some(((c as u64 + 1) * MALLOC_ALIGN, (key >> 32) as u32, key & 0xffff_ffff))
     }
 }
@@ -167,6 +199,7 @@ impl PageLayout {
     }
 
     /// Places `size` bytes; `None` when the device has no room (nothing changed then).
+    #[inline]
     pub(crate) fn alloc(&mut self, size: u64, device: &mut DeviceMemory) -> Option<Placed> {
         let r = Self::rounded(size);
         if r >= PAGE {
@@ -183,7 +216,7 @@ impl PageLayout {
                     free[i].0 = (off + r) as u32;
                     self.by_size.insert(len - r, page, off + r);
                 } else {
-                    free.remove(i);
+                    remove_at(free, i);
                 }
                 (page, off, false)
             }
@@ -217,42 +250,45 @@ impl PageLayout {
                 device.free(addr, bytes);
                 true
             }
-            Placed::Small { page, off, .. } => {
-                let r = Self::rounded(size);
-                let (start, end) = (off as u32, (off + r) as u32);
-                let p = &mut self.pages[page as usize];
-                p.live -= 1;
-                p.allocated -= r;
-                // The free ranges just below and just above, merged with the freed one.
-                let i = p.free.partition_point(|&(o, _)| o < start);
-                let below = i.checked_sub(1).filter(|&j| p.free[j].1 == start);
-                let above = Some(i).filter(|&j| p.free.get(j).is_some_and(|&(o, _)| o == end));
-                for j in below.into_iter().chain(above) {
-                    let (o, e) = p.free[j];
-                    self.by_size.remove(u64::from(e - o), page, u64::from(o));
-                }
-                let merged_start = below.map_or(start, |j| p.free[j].0);
-                let merged_end = above.map_or(end, |j| p.free[j].1);
-                if p.live == 0 {
-                    debug_assert_eq!((u64::from(merged_start), u64::from(merged_end)), (0, PAGE));
-                    p.free = Vec::new();
-                    device.free(p.addr, PAGE);
-                    self.free_slots.push(page);
-                    return true;
-                }
-                match (below, above) {
-                    (Some(j), Some(k)) => {
-                        p.free[j].1 = merged_end;
-                        p.free.remove(k);
-                    }
-                    (Some(j), None) => p.free[j].1 = merged_end,
-                    (None, Some(k)) => p.free[k].0 = merged_start,
-                    (None, None) => p.free.insert(i, (start, end)),
-                }
-                self.by_size.insert(u64::from(merged_end - merged_start), page, u64::from(merged_start));
-                false
-            }
+            Placed::Small { page, off, .. } => self.free_small(page, off, Self::rounded(size), device),
         }
+    }
+
+    /// Frees the `r` (rounded) bytes at `off` in shared page `page`; returns true when that
+    /// released the page.
+    pub(crate) fn free_small(&mut self, page: u32, off: u64, r: u64, device: &mut DeviceMemory) -> bool {
+        let (start, end) = (off as u32, (off + r) as u32);
+        let p = &mut self.pages[page as usize];
+        p.live -= 1;
+        p.allocated -= r;
+        // The free ranges just below and just above, merged with the freed one.
+        let i = p.free.partition_point(|&(o, _)| o < start);
+        let below = i.checked_sub(1).filter(|&j| p.free[j].1 == start);
+        let above = Some(i).filter(|&j| p.free.get(j).is_some_and(|&(o, _)| o == end));
+        for j in below.into_iter().chain(above) {
+            let (o, e) = p.free[j];
+            self.by_size.remove(u64::from(e - o), page, u64::from(o));
+        }
+        let merged_start = below.map_or(start, |j| p.free[j].0);
+        let merged_end = above.map_or(end, |j| p.free[j].1);
+        if p.live == 0 {
+            debug_assert_eq!((u64::from(merged_start), u64::from(merged_end)), (0, PAGE));
+            p.free = Vec::new();
+            device.free(p.addr, PAGE);
+            self.free_slots.push(page);
+            return true;
+        }
+        match (below, above) {
+            (Some(j), Some(k)) => {
+                p.free[j].1 = merged_end;
+                remove_at(&mut p.free, k);
+            }
+            (Some(j), None) => p.free[j].1 = merged_end,
+            (None, Some(k)) => p.free[k].0 = merged_start,
+            (None, None) => p.free.insert(i, (start, end)),
+        }
+        self.by_size.insert(u64::from(merged_end - merged_start), page, u64::from(merged_start));
+        false
     }
 
     pub(crate) fn page_addr(&self, page: u32) -> u64 {
@@ -265,11 +301,21 @@ impl PageLayout {
     }
 }
 
+/// A live allocation: its requested size and where it lies, in three words. Not a [`Placed`]:
+/// copying that enum out of the map and back into a call went through overlapping stack
+/// stores, read back at other widths (a store-forwarding stall on every free); the shared
+/// page and offset are one word for the same reason.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    placed: Placed,
     size: u64,
+    /// The allocation's address (a large one's pages start there).
+    addr: u64,
+    /// `page << 32 | offset` in a shared page, or [`LARGE`] when it has pages of its own.
+    loc: u64,
 }
+
+/// [`Slot::loc`] of a large allocation.
+const LARGE: u64 = u64::MAX;
 
 #[derive(Debug, Default)]
 pub struct CudaMalloc {
@@ -292,15 +338,13 @@ impl CudaMalloc {
         self.stats.sub_allocated(rounded, s.size);
         // cudaFree
         self.stats.num_device_free += 1;
-        let released = self.layout.free(s.placed, s.size, device);
-        match s.placed {
-            Placed::Large { addr, bytes } => {
-                self.large.remove(&addr);
-                self.stats.sub_reserved(bytes);
-            }
+        if s.loc == LARGE {
+            device.free(s.addr, rounded);
+            self.large.remove(&s.addr);
+            self.stats.sub_reserved(rounded);
+        } else if self.layout.free_small((s.loc >> 32) as u32, s.loc & 0xffff_ffff, rounded, device) {
             // The page's last allocation: the page goes back to the driver.
-            Placed::Small { .. } if released => self.stats.sub_reserved(PAGE),
-            Placed::Small { .. } => {}
+            self.stats.sub_reserved(PAGE);
         }
     }
 }
@@ -326,7 +370,11 @@ impl Policy for CudaMalloc {
         let rounded = PageLayout::rounded(req.size);
         self.stats.num_device_alloc += 1;
         self.stats.add_allocated(rounded, req.size);
-        self.slots.insert(req.id, Slot { placed, size: req.size });
+        let slot = match placed {
+            Placed::Large { addr, .. } => Slot { size: req.size, addr, loc: LARGE },
+            Placed::Small { page, off, addr, .. } => Slot { size: req.size, addr, loc: (u64::from(page) << 32) | off },
+        };
+        self.slots.insert(req.id, slot);
         Ok(match placed {
             Placed::Large { addr, bytes } => {
                 self.stats.add_reserved(bytes);

@@ -22,11 +22,14 @@ struct Page<T> {
 pub struct IdMap<T> {
     pages: Vec<Option<Box<Page<T>>>>,
     len: usize,
+    /// The last page that emptied (every slot `None`), kept for the next page needed: ids move
+    /// on by a page every [`PAGE`] allocations, and a fresh page is an allocation and a fill.
+    spare: Option<Box<Page<T>>>,
 }
 
 impl<T> Default for IdMap<T> {
     fn default() -> Self {
-        IdMap { pages: Vec::new(), len: 0 }
+        IdMap { pages: Vec::new(), len: 0, spare: None }
     }
 }
 
@@ -48,20 +51,32 @@ impl<T: Copy> IdMap<T> {
         self.pages.get_mut(p)?.as_mut()?.slots[s].as_mut()
     }
 
-    /// Sets `id`'s value; the previous one, if any.
+    /// Sets `id`'s value; the previous one, if any. A new page is made out of line, so that
+    /// the common case stays small enough to inline.
     #[inline]
     pub fn insert(&mut self, id: u64, value: T) -> Option<T> {
         let (p, s) = split(id);
-        if p >= self.pages.len() {
-            self.pages.resize_with(p + 1, || None);
-        }
-        let page = self.pages[p].get_or_insert_with(|| Box::new(Page { live: 0, slots: [None; PAGE] }));
+        let page = match self.pages.get_mut(p) {
+            Some(Some(_)) => self.pages[p].as_mut().unwrap(),
+            _ => self.new_page(p),
+        };
         let old = page.slots[s].replace(value);
         if old.is_none() {
             page.live += 1;
             self.len += 1;
         }
         old
+    }
+
+    /// Page `p`, made (or the spare page taken) for the first id of it.
+    #[cold]
+    #[inline(never)]
+    fn new_page(&mut self, p: usize) -> &mut Page<T> {
+        if p >= self.pages.len() {
+            self.pages.resize_with(p + 1, || None);
+        }
+        let spare = &mut self.spare;
+        self.pages[p].get_or_insert_with(|| spare.take().unwrap_or_else(|| Box::new(Page { live: 0, slots: [None; PAGE] })))
     }
 
     /// Removes `id`'s value; the page goes once none of its ids is live.
@@ -74,7 +89,7 @@ impl<T: Copy> IdMap<T> {
         page.live -= 1;
         self.len -= 1;
         if page.live == 0 {
-            *slot = None;
+            self.spare = slot.take();
         }
         Some(old)
     }
@@ -111,5 +126,10 @@ mod tests {
         m.remove(3);
         m.remove(5);
         assert!(m.len() == 0 && m.pages.iter().all(|p| p.is_none()));
+        // A page that emptied serves the next page needed, empty.
+        assert!(m.spare.is_some());
+        m.insert(5000, 1);
+        assert!(m.spare.is_none());
+        assert_eq!((m.len(), m.get(5001), m.values().copied().collect::<Vec<_>>()), (1, None, vec![1]));
     }
 }

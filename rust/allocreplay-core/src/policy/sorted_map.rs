@@ -109,12 +109,18 @@ impl SmallMap {
             }
             Err(j) => match self.hole.take() {
                 None => self.entries.insert(j, Entry::new(k, v)),
+                // The new key's place is often the hole itself or next to it: no shift then
+                // (nor a call to `memmove` for nothing).
                 Some(h) if j <= h => {
-                    self.entries.copy_within(j..h, j + 1);
+                    if j < h {
+                        self.entries.copy_within(j..h, j + 1);
+                    }
                     self.entries[j] = Entry::new(k, v);
                 }
                 Some(h) => {
-                    self.entries.copy_within(h + 1..j, h);
+                    if h + 1 < j {
+                        self.entries.copy_within(h + 1..j, h);
+                    }
                     self.entries[j - 1] = Entry::new(k, v);
                 }
             },

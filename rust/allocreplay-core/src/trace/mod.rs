@@ -113,9 +113,25 @@ impl Trace {
 
     /// Distinct device indices, ascending.
     pub fn devices(&self) -> Vec<i32> {
-        let mut d: Vec<i32> = self.columns().device.to_vec();
+        // Every replay asks: no copy and sort of the whole column. Most traces have one device
+        // (a compare over the column, vectorised); else devices are few and come in long runs:
+        // the distinct values are collected as the runs change.
+        let col = self.columns().device;
+        let Some(&first) = col.first() else { return Vec::new() };
+        if col.chunks(4096).all(|ch| ch.iter().fold(true, |all, &x| all & (x == first))) {
+            return vec![first];
+        }
+        let mut d: Vec<i32> = Vec::new();
+        let mut last = None;
+        for &x in col {
+            if last != Some(x) {
+                if !d.contains(&x) {
+                    d.push(x);
+                }
+                last = Some(x);
+            }
+        }
         d.sort_unstable();
-        d.dedup();
         d
     }
 
