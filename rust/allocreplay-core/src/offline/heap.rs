@@ -1512,6 +1512,22 @@ mod tests {
     }
 
     #[test]
+    fn unions_join_chunks_that_overlap_or_touch() {
+        let mut runs = vec![];
+        for (o, e) in [(10, 20), (30, 40), (20, 25), (50, 50), (45, 46), (0, 5), (38, 47)] {
+            union_insert(&mut runs, o, e);
+        }
+        // [10,20)+[20,25) touch; [30,40)+[45,46) bridged by [38,47); [50,50) stays apart.
+        assert_eq!(runs, vec![(0, 5), (10, 25), (30, 47), (50, 50)]);
+        let mut out = vec![];
+        union_of(&runs, &[(5, 6), (26, 30), (49, 51)], &mut out);
+        assert_eq!(out, vec![(0, 6), (10, 25), (26, 47), (49, 51)]);
+        let mut chunks = vec![(0, 3), (1, 2), (3, 4), (6, 9), (7, 8)];
+        join_runs(&mut chunks);
+        assert_eq!(chunks, vec![(0, 4), (6, 9)]);
+    }
+
+    #[test]
     fn overlap_structure_matches_a_brute_force_scan() {
         overlap_structure_cases::<Compact>();
         overlap_structure_cases::<Wide>();
