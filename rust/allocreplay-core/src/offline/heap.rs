@@ -15,8 +15,12 @@
 //! compact (12 bytes an entry) and prefetched a placement ahead: at 1 M buffers they live in
 //! memory, not cache, and reading them is most of the time. The
 //! free chunks are judged as they are found, not listed, by a walk without data-dependent
-//! branches ([`FreeChunkWalk`]). kSpatial and kTemporal run on two threads when there are
-//! cores for them. No allocation per placement beyond reused scratch vectors.
+//! branches ([`FreeChunkWalk`]), which stops at an exact fit. Where most intervals are short
+//! and some live long (a generate run), chunks that every query of a window keeps are held as
+//! their union (a few runs instead of hundreds of chunks), and the blocks a long query reads
+//! come from a segment tree of unions. kSpatial and kTemporal run on two threads when there
+//! are cores for them. No allocation per placement beyond reused scratch vectors and the
+//! unions' runs.
 
 use std::hint::select_unpredictable;
 
