@@ -24,6 +24,15 @@ pub fn default_alignment(source: &str) -> u64 {
     }
 }
 
+/// `alignment`, or (0) the trace's [`default_alignment`]; an error unless a power of two.
+fn resolve_alignment(trace: &Trace, alignment: u64) -> Result<u64> {
+    let alignment = if alignment == 0 { default_alignment(&trace.metadata.source) } else { alignment };
+    if !alignment.is_power_of_two() {
+        return Err(Error::InvalidArgument(format!("alignment must be a power of two, got {alignment}")));
+    }
+    Ok(alignment)
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OfflineResult {
     pub device: i32,
@@ -46,10 +55,7 @@ pub struct OfflineResult {
 /// included; each size is rounded up to `alignment` (0: [`default_alignment`] of the
 /// trace's source) and chunks are placed at multiples of it.
 pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineResult> {
-    let alignment = if alignment == 0 { default_alignment(&trace.metadata.source) } else { alignment };
-    if !alignment.is_power_of_two() {
-        return Err(Error::InvalidArgument(format!("alignment must be a power of two, got {alignment}")));
-    }
+    let alignment = resolve_alignment(trace, alignment)?;
     let start = std::time::Instant::now();
     let a = alignment as i64;
     let (mut b, sizes, _) = lifetimes(trace, device, a)?;
@@ -128,7 +134,7 @@ fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, V
 /// that time or check [`heap::plan_with`] on a real trace.
 #[doc(hidden)]
 pub fn trace_intervals(trace: &Trace, device: i32, alignment: u64) -> Result<Vec<heap::BufferInterval>> {
-    let alignment = if alignment == 0 { default_alignment(&trace.metadata.source) } else { alignment };
+    let alignment = resolve_alignment(trace, alignment)?;
     let (mut b, _, _) = lifetimes(trace, device, alignment as i64)?;
     b.free_all_open();
     Ok(b.intervals)
@@ -148,10 +154,7 @@ pub struct OverCapacity {
 }
 
 pub fn first_over_capacity(trace: &Trace, device: i32, alignment: u64, capacity: u64, planned: bool) -> Result<Option<OverCapacity>> {
-    let alignment = if alignment == 0 { default_alignment(&trace.metadata.source) } else { alignment };
-    if !alignment.is_power_of_two() {
-        return Err(Error::InvalidArgument(format!("alignment must be a power of two, got {alignment}")));
-    }
+    let alignment = resolve_alignment(trace, alignment)?;
     let (mut b, sizes, events) = lifetimes(trace, device, alignment as i64)?;
     b.free_all_open();
     let plan = planned.then(|| heap::plan(&b.intervals, alignment as i64));
@@ -202,10 +205,7 @@ pub fn first_over_capacity(trace: &Trace, device: i32, alignment: u64, capacity:
 /// [`plan_trace`]'s `ideal_peak_bytes`. Also returns the first event at which the live bytes
 /// exceed `capacity`, if any.
 pub fn ideal_peak(trace: &Trace, device: i32, alignment: u64, capacity: Option<u64>) -> Result<IdealPeak> {
-    let alignment = if alignment == 0 { default_alignment(&trace.metadata.source) } else { alignment };
-    if !alignment.is_power_of_two() {
-        return Err(Error::InvalidArgument(format!("alignment must be a power of two, got {alignment}")));
-    }
+    let alignment = resolve_alignment(trace, alignment)?;
     let c = trace.columns();
     let n = trace.num_events();
     // Live size of each allocation id (ids are dense per trace: `read_arrow` and the importers
