@@ -361,15 +361,21 @@ fn offline_alignment(spec: &str) -> Result<Option<u64>> {
 fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity: Option<u64>) -> Result<Run> {
     let (name, _) = policy::spec::split_spec(spec);
     let start = std::time::Instant::now();
-    // `ideal` needs only the live bytes (one pass); `offline` runs XLA's best-fit planner too.
-    let ideal = crate::offline::ideal_peak(trace, device, alignment, None)?;
-    let peak = if name == "ideal" { ideal.peak_bytes } else { crate::offline::plan_trace(trace, device, alignment)?.offline_peak_bytes };
+    // `ideal` needs only the live bytes (one pass); `offline` runs XLA's best-fit planner,
+    // whose lifetimes pass counts the same live bytes (`NoFragmentationStatsHeap`).
+    let (alignment, ideal_peak, peak) = if name == "ideal" {
+        let ideal = crate::offline::ideal_peak(trace, device, alignment, None)?;
+        (ideal.alignment, ideal.peak_bytes, ideal.peak_bytes)
+    } else {
+        let plan = crate::offline::plan_trace(trace, device, alignment)?;
+        (plan.alignment, plan.ideal_peak_bytes, plan.offline_peak_bytes)
+    };
     let c = trace.columns();
     let events = (0..trace.num_events()).filter(|&i| c.device[i] == device && c.action[i] <= 2).count();
     // Over a capacity: the first OOM is the event where the live bytes first exceed it (for
     // `offline`, when only the plan's fragmentation does, the first allocation whose chunk
     // the plan puts beyond it).
-    let over = |planned| crate::offline::first_over_capacity(trace, device, ideal.alignment, capacity.unwrap_or(u64::MAX), planned);
+    let over = |planned| crate::offline::first_over_capacity(trace, device, alignment, capacity.unwrap_or(u64::MAX), planned);
     let first = match capacity.filter(|&cap| peak > cap) {
         Some(_) => match over(false)? {
             Some(o) => Some(o),
@@ -386,7 +392,7 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
         reserved: o.live_before,
     });
     let stats = crate::engine::stats::Stats {
-        peak_allocated: ideal.peak_bytes,
+        peak_allocated: ideal_peak,
         peak_reserved: peak,
         num_ooms: u64::from(first_oom.is_some()),
         ..Default::default()

@@ -276,11 +276,21 @@ impl<'a> Planner<'a> {
     }
 
     fn run(&self, strategy: Strategy) -> HeapPlan {
-        let n = self.iv.len();
-        // GetSortedBufferIntervals + buffer_interval_compare_ (the keys gathered first: the
-        // sort then reads no interval).
+        let jobs = self.sorted_jobs_packed(strategy).unwrap_or_else(|| self.sorted_jobs(strategy));
+        if self.layout.compact_slots() {
+            if let Ok(plan) = self.place::<Compact>(strategy, &jobs) {
+                return plan;
+            }
+        }
+        self.place::<Wide>(strategy, &jobs).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
+    }
+
+    /// `GetSortedBufferIntervals` + `buffer_interval_compare_`: what each placement reads of its
+    /// interval, in placement order.
+    fn sorted_jobs(&self, strategy: Strategy) -> Vec<Job> {
         let iv = self.iv;
-        let mut keyed: Vec<(i64, i64, u64, u32)> = (0..n)
+        // The keys gathered first: the sort then reads no interval.
+        let mut keyed: Vec<(i64, i64, u64, u32)> = (0..iv.len())
             .filter(|&i| iv[i].need_allocation)
             .map(|i| {
                 let x = &iv[i];
@@ -291,10 +301,9 @@ impl<'a> Planner<'a> {
             })
             .collect();
         keyed.sort_unstable();
-        // What each placement reads of its interval, in placement order.
-        // (In sorted order the intervals are read at random: each one's fields are asked for
-        // a few ahead.)
-        let jobs: Vec<Job> = (0..keyed.len())
+        // In sorted order the intervals are read at random: each one's fields are asked for a
+        // few ahead.
+        (0..keyed.len())
             .map(|t| {
                 if let Some(&(_, _, _, later)) = keyed.get(t + 16) {
                     let later = later as usize;
@@ -302,23 +311,62 @@ impl<'a> Planner<'a> {
                     prefetch(std::slice::from_ref(&self.max_size[later]));
                     prefetch(std::slice::from_ref(&self.layout.at[later]));
                 }
-                let i = keyed[t].3 as usize;
-                Job {
-                    i: i as u32,
-                    size: iv[i].size,
-                    max_colocation_size: self.max_size[i],
-                    at: self.layout.at[i],
-                    colocated: !self.colo.is_empty() && self.colo_start[i] != self.colo_start[i + 1],
-                }
+                self.job(keyed[t].3 as usize)
             })
-            .collect();
-        drop(keyed);
-        if self.layout.compact_slots() {
-            if let Ok(plan) = self.place::<Compact>(strategy, &jobs) {
-                return plan;
-            }
+            .collect()
+    }
+
+    /// [`Self::sorted_jobs`] for the common case, faster: no colocations and keys that rise
+    /// with the interval index (a trace's allocation ids do), so that ties on the key are
+    /// ties on the index. Each order's comparison is then one `u128` (kSpatial: size desc,
+    /// duration desc, index; kTemporal: duration desc, size desc, index), and a placement's
+    /// size comes from it: only the interval's slots are read at random. `None` when the
+    /// case does not hold (or the values do not fit the packing).
+    fn sorted_jobs_packed(&self, strategy: Strategy) -> Option<Vec<Job>> {
+        let iv = self.iv;
+        if !self.colo.is_empty() || iv.len() > u32::MAX as usize {
+            return None;
         }
-        self.place::<Wide>(strategy, &jobs).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
+        let mut packed: Vec<u128> = Vec::with_capacity(iv.len());
+        let mut last_key = None;
+        for (i, x) in iv.iter().enumerate() {
+            if !x.need_allocation || last_key.is_some_and(|k| k >= x.key) || x.size < 1 {
+                return None;
+            }
+            last_key = Some(x.key);
+            let duration = u32::try_from(x.end - x.start).ok()?;
+            let (size, i) = (x.size as u64, i as u128);
+            packed.push(match strategy {
+                Strategy::Spatial => (u128::from(!size) << 64) | (u128::from(!duration) << 32) | i,
+                Strategy::Temporal => (u128::from(!duration) << 96) | (u128::from(!size) << 32) | i,
+            });
+        }
+        packed.sort_unstable();
+        let size_of = |k: u128| match strategy {
+            Strategy::Spatial => !((k >> 64) as u64) as i64,
+            Strategy::Temporal => !((k >> 32) as u64) as i64,
+        };
+        Some(
+            (0..packed.len())
+                .map(|t| {
+                    if let Some(&later) = packed.get(t + 16) {
+                        prefetch(std::slice::from_ref(&self.layout.at[later as u32 as usize]));
+                    }
+                    let (i, size) = (packed[t] as u32, size_of(packed[t]));
+                    Job { i, size, max_colocation_size: size, at: self.layout.at[i as usize], colocated: false }
+                })
+                .collect(),
+        )
+    }
+
+    fn job(&self, i: usize) -> Job {
+        Job {
+            i: i as u32,
+            size: self.iv[i].size,
+            max_colocation_size: self.max_size[i],
+            at: self.layout.at[i],
+            colocated: !self.colo.is_empty() && self.colo_start[i] != self.colo_start[i + 1],
+        }
     }
 
     /// Places the intervals of `jobs`, in order, with list entries of type `C`.
@@ -679,8 +727,9 @@ struct Layout {
 /// offline_plan bench: smaller blocks and longer windows put each interval in more lists).
 const BLOCK: usize = 512;
 /// The same with unions (on the real qwen2 capture tiled twice, blocks of 32 and 64 slots
-/// were fastest, 128 ~10% slower, 512 ~2× slower).
-const BLOCK_WITH_UNIONS: usize = 64;
+/// were fastest, 128 ~10% slower, 512 ~2× slower; once each window's unions were kept as
+/// one, 32 ~10% faster than 64).
+const BLOCK_WITH_UNIONS: usize = 32;
 /// Unions are kept when half the intervals span at most this many slots.
 const SHORT_MEDIAN: u32 = 16;
 const WINDOW_BLOCKS: usize = 1;
@@ -710,6 +759,11 @@ struct Placed<C> {
     through: Vec<Vec<(i64, i64)>>,
     /// Group g's union of the chunks live through its windows `g * SUPER..(g + 1) * SUPER`.
     super_through: Vec<Vec<(i64, i64)>>,
+    /// Window k's `through` and its group's `super_through` as one union, which is what its
+    /// queries read (about 60 of them a window on a generate run, for a few changes):
+    /// rebuilt when a query finds it stale, not merged again by every query.
+    live_through: Vec<Vec<(i64, i64)>>,
+    live_through_stale: Vec<bool>,
 }
 
 impl<C: Chunk> Placed<C> {
@@ -725,6 +779,8 @@ impl<C: Chunk> Placed<C> {
             stale: vec![false; 2 * layout.leaves],
             through: vec![Vec::new(); if layout.unions { lists } else { 0 }],
             super_through: vec![Vec::new(); if layout.unions { lists.div_ceil(SUPER) } else { 0 }],
+            live_through: vec![Vec::new(); if layout.unions { lists } else { 0 }],
+            live_through_stale: vec![false; if layout.unions { lists } else { 0 }],
         }
     }
 }
@@ -902,11 +958,14 @@ impl Layout {
             if self.super_through(a, g) {
                 // Live through the whole group: k is its first window (see `lists_of`).
                 union_insert(&mut placed.super_through[g], offset, end);
+                let group = g * SUPER..((g + 1) * SUPER).min(placed.live_through_stale.len());
+                placed.live_through_stale[group].fill(true);
                 k = (g + 1) * SUPER;
                 continue;
             }
             if self.through(a, k) {
                 union_insert(&mut placed.through[k], offset, end);
+                placed.live_through_stale[k] = true;
             } else {
                 let start = self.list_start[k];
                 let len = placed.list_len[k] as usize;
@@ -978,8 +1037,7 @@ impl Layout {
         let (k, _, _, blocks, upto) = self.query(a);
         prefetch(self.list(placed, k));
         if self.unions {
-            prefetch(&placed.through[k]);
-            prefetch(&placed.super_through[k / SUPER]);
+            prefetch(&placed.live_through[k]);
         }
         let whole_end = if self.unions { self.whole_blocks(&blocks, upto).end } else { blocks.start };
         for b in (whole_end..blocks.end).take(2) {
@@ -998,8 +1056,8 @@ impl Layout {
         prefetch(std::slice::from_ref(&self.list_start[k]));
         prefetch(std::slice::from_ref(&placed.list_len[k]));
         if self.unions {
-            prefetch(std::slice::from_ref(&placed.through[k]));
-            prefetch(std::slice::from_ref(&placed.super_through[k / SUPER]));
+            prefetch(std::slice::from_ref(&placed.live_through[k]));
+            prefetch(std::slice::from_ref(&placed.live_through_stale[k]));
         }
         let b = a.slot as usize / self.block;
         prefetch(std::slice::from_ref(&placed.block_len[b]));
@@ -1045,22 +1103,18 @@ impl Layout {
         let (k, hi, lo, blocks, upto) = self.query(a);
         let whole = if self.unions { self.whole_blocks(&blocks, upto) } else { blocks.start..blocks.start };
         self.tree_nodes(whole.clone(), |v| self.refresh(placed, v));
+        if self.unions && placed.live_through_stale[k] {
+            let mut out = std::mem::take(&mut placed.live_through[k]);
+            union_of(&placed.through[k], &placed.super_through[k / SUPER], &mut out);
+            placed.live_through[k] = out;
+            placed.live_through_stale[k] = false;
+        }
         let placed = &*placed;
         let s = self.shift;
         let list = self.list(placed, k);
-        let Scratch { buf, tmp, bounds, next_bounds, runs } = scratch;
+        let Scratch { buf, tmp, bounds, next_bounds } = scratch;
         // The runs live through the window: its own and its group's.
-        let through: &[(i64, i64)] = match self.unions {
-            false => &[],
-            true if placed.super_through[k / SUPER].is_empty() => &placed.through[k],
-            true => {
-                // Merged, not joined: the walk takes overlapping chunks as they come.
-                let (a, b) = (&placed.through[k], &placed.super_through[k / SUPER]);
-                runs.resize(a.len() + b.len(), (0, 0));
-                merge_into(a, b, runs);
-                runs
-            }
-        };
+        let through: &[(i64, i64)] = if self.unions { &placed.live_through[k] } else { &[] };
         // A free chunk of exactly the size needed can't be beaten (only a strictly smaller
         // one replaces the best): the walks stop there.
         if blocks.is_empty() && list.len() > FILTER_FIRST * through.len() {
@@ -1168,8 +1222,6 @@ struct Scratch {
     /// Where each sorted run of `buf` starts (and the last ends).
     bounds: Vec<usize>,
     next_bounds: Vec<usize>,
-    /// Unions merged for one query.
-    runs: Vec<(i64, i64)>,
 }
 
 /// Appends the chunks of `list` that `keep` keeps to `buf` as one run.
