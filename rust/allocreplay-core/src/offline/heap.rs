@@ -179,16 +179,27 @@ pub struct HeapPlan {
 /// be worth a thread, kTemporal runs on a second thread while kSpatial runs on this one (the
 /// result is the same either way).
 pub fn plan(intervals: &[BufferInterval], alignment: i64) -> HeapPlan {
+    choose_best(intervals, alignment, true)
+}
+
+/// [`plan`]'s heap size and order only (`offsets` and `chunk_sizes` left empty): what the
+/// `offline` bound reports, without writing an offset per interval.
+pub fn plan_heap_size(intervals: &[BufferInterval], alignment: i64) -> (Strategy, i64) {
+    let p = choose_best(intervals, alignment, false);
+    (p.strategy, p.heap_size)
+}
+
+fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool) -> HeapPlan {
     let planner = Planner::new(intervals, alignment);
     let parallel = intervals.len() >= PARALLEL_FROM && std::thread::available_parallelism().is_ok_and(|p| p.get() > 1);
     let (spatial, temporal) = if parallel {
         std::thread::scope(|s| {
-            let temporal = s.spawn(|| planner.run(Strategy::Temporal));
-            let spatial = planner.run(Strategy::Spatial);
+            let temporal = s.spawn(|| planner.run(Strategy::Temporal, offsets));
+            let spatial = planner.run(Strategy::Spatial, offsets);
             (spatial, temporal.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
         })
     } else {
-        (planner.run(Strategy::Spatial), planner.run(Strategy::Temporal))
+        (planner.run(Strategy::Spatial, offsets), planner.run(Strategy::Temporal, offsets))
     };
     if temporal.heap_size < spatial.heap_size {
         temporal
@@ -203,7 +214,7 @@ const PARALLEL_FROM: usize = 20_000;
 
 /// One strategy only (`GlobalDecreasingSizeBestFitHeap::Finish`).
 pub fn plan_with(intervals: &[BufferInterval], alignment: i64, strategy: Strategy) -> HeapPlan {
-    Planner::new(intervals, alignment).run(strategy)
+    Planner::new(intervals, alignment).run(strategy, true)
 }
 
 /// What both orders share: the intervals' transitive colocations and the layout of the
@@ -275,14 +286,18 @@ impl<'a> Planner<'a> {
         &self.colo[self.colo_start[i] as usize..self.colo_start[i + 1] as usize]
     }
 
-    fn run(&self, strategy: Strategy) -> HeapPlan {
-        let jobs = self.sorted_jobs_packed(strategy).unwrap_or_else(|| self.sorted_jobs(strategy));
+    /// One order's plan; `offsets`: whether to return each interval's offset and chunk size.
+    fn run(&self, strategy: Strategy, offsets: bool) -> HeapPlan {
+        let order = match self.packed_order(strategy) {
+            Some(keys) => Order::Packed { keys, strategy },
+            None => Order::Listed(self.sorted_jobs(strategy)),
+        };
         if self.layout.compact_slots() {
-            if let Ok(plan) = self.place::<Compact>(strategy, &jobs) {
+            if let Ok(plan) = self.place::<Compact>(strategy, &order, offsets) {
                 return plan;
             }
         }
-        self.place::<Wide>(strategy, &jobs).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
+        self.place::<Wide>(strategy, &order, offsets).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
     }
 
     /// `GetSortedBufferIntervals` + `buffer_interval_compare_`: what each placement reads of its
@@ -319,10 +334,10 @@ impl<'a> Planner<'a> {
     /// [`Self::sorted_jobs`] for the common case, faster: no colocations and keys that rise
     /// with the interval index (a trace's allocation ids do), so that ties on the key are
     /// ties on the index. Each order's comparison is then one `u128` (kSpatial: size desc,
-    /// duration desc, index; kTemporal: duration desc, size desc, index), and a placement's
-    /// size comes from it: only the interval's slots are read at random. `None` when the
-    /// case does not hold (or the values do not fit the packing).
-    fn sorted_jobs_packed(&self, strategy: Strategy) -> Option<Vec<Job>> {
+    /// duration desc, index; kTemporal: duration desc, size desc, index), from which a
+    /// placement takes its interval and size ([`Order::Packed`]). `None` when the case does
+    /// not hold (or the values do not fit the packing).
+    fn packed_order(&self, strategy: Strategy) -> Option<Vec<u128>> {
         let iv = self.iv;
         if !self.colo.is_empty() || iv.len() > u32::MAX as usize {
             return None;
@@ -342,21 +357,7 @@ impl<'a> Planner<'a> {
             });
         }
         packed.sort_unstable();
-        let size_of = |k: u128| match strategy {
-            Strategy::Spatial => !((k >> 64) as u64) as i64,
-            Strategy::Temporal => !((k >> 32) as u64) as i64,
-        };
-        Some(
-            (0..packed.len())
-                .map(|t| {
-                    if let Some(&later) = packed.get(t + 16) {
-                        prefetch(std::slice::from_ref(&self.layout.at[later as u32 as usize]));
-                    }
-                    let (i, size) = (packed[t] as u32, size_of(packed[t]));
-                    Job { i, size, max_colocation_size: size, at: self.layout.at[i as usize], colocated: false }
-                })
-                .collect(),
-        )
+        Some(packed)
     }
 
     fn job(&self, i: usize) -> Job {
@@ -369,29 +370,40 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Places the intervals of `jobs`, in order, with list entries of type `C`.
-    fn place<C: Chunk>(&self, strategy: Strategy, jobs: &[Job]) -> Result<HeapPlan, DoesNotFit> {
-        let n = self.iv.len();
+    /// Places the intervals in `order` with list entries of type `C`; `offsets`: whether to
+    /// keep each one's offset and chunk size (colocations need them anyway).
+    fn place<C: Chunk>(&self, strategy: Strategy, order: &Order, offsets: bool) -> Result<HeapPlan, DoesNotFit> {
+        let at = &self.layout.at[..];
+        let n = if offsets || !self.colo.is_empty() { self.iv.len() } else { 0 };
         let mut placed = Placed::<C>::new(&self.layout);
         let mut scratch = Scratch::default();
-        let mut offsets = vec![0i64; n];
-        let mut chunk_sizes = vec![0i64; n];
+        let (mut offsets, mut chunk_sizes) = (vec![0i64; n], vec![0i64; n]);
         // Only colocations can be placed twice (intervals not built by `HeapBuilder`).
         let mut done = vec![false; if self.colo.is_empty() { 0 } else { n }];
         let mut heap_size = 0i64;
-        for (t, job) in jobs.iter().enumerate() {
+        let len = order.len();
+        for t in 0..len {
+            // In placement order the intervals are read at random: their slots are asked for
+            // well ahead.
+            if t + 2 * AHEAD < len {
+                prefetch(std::slice::from_ref(&at[order.interval(t + 2 * AHEAD)]));
+            }
             // The lists the next placement reads, on their way into the cache while this one
             // runs (most of the time goes to waiting for them otherwise).
-            if let Some(next) = jobs.get(t + 1) {
-                self.layout.prefetch(&placed, next.at);
+            if t + 1 < len {
+                self.layout.prefetch(&placed, at[order.interval(t + 1)]);
             }
             // Further ahead, what finding those lists reads: the placements jump in time, so
             // each one's list bounds and union headers are elsewhere in memory.
-            if let Some(later) = jobs.get(t + AHEAD) {
-                self.layout.prefetch_heads(&placed, later.at);
-                prefetch(std::slice::from_ref(&offsets[later.i as usize]));
-                prefetch(std::slice::from_ref(&chunk_sizes[later.i as usize]));
+            if t + AHEAD < len {
+                let later = order.interval(t + AHEAD);
+                self.layout.prefetch_heads(&placed, at[later]);
+                if n > 0 {
+                    prefetch(std::slice::from_ref(&offsets[later]));
+                    prefetch(std::slice::from_ref(&chunk_sizes[later]));
+                }
             }
+            let job = &order.job(t, at);
             let i = job.i as usize;
             let max_colocation_size = job.max_colocation_size;
             let offset = self.find_chunk_candidate(&mut placed, &mut scratch, job);
@@ -407,8 +419,10 @@ impl<'a> Planner<'a> {
                     }
                     done[c] = true;
                 }
-                offsets[c] = offset;
-                chunk_sizes[c] = max_colocation_size;
+                if n > 0 {
+                    offsets[c] = offset;
+                    chunk_sizes[c] = max_colocation_size;
+                }
                 let a = if c == i { job.at } else { self.layout.at[c] };
                 self.layout.add(&mut placed, a, offset, max_colocation_size)?;
             }
@@ -442,7 +456,51 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// The intervals to place, in order.
+enum Order {
+    /// Each placement's [`Job`] gathered.
+    Listed(Vec<Job>),
+    /// [`Planner::packed_order`]'s keys: a job is its key's interval and size, and the
+    /// interval's slots (no colocations).
+    Packed { keys: Vec<u128>, strategy: Strategy },
+}
+
+impl Order {
+    fn len(&self) -> usize {
+        match self {
+            Order::Listed(jobs) => jobs.len(),
+            Order::Packed { keys, .. } => keys.len(),
+        }
+    }
+
+    /// The interval placed `t`-th.
+    #[inline]
+    fn interval(&self, t: usize) -> usize {
+        match self {
+            Order::Listed(jobs) => jobs[t].i as usize,
+            Order::Packed { keys, .. } => keys[t] as u32 as usize,
+        }
+    }
+
+    #[inline]
+    fn job(&self, t: usize, at: &[SlotInfo]) -> Job {
+        match self {
+            Order::Listed(jobs) => jobs[t],
+            Order::Packed { keys, strategy } => {
+                let k = keys[t];
+                let size = match strategy {
+                    Strategy::Spatial => !((k >> 64) as u64),
+                    Strategy::Temporal => !((k >> 32) as u64),
+                } as i64;
+                let i = k as u32;
+                Job { i, size, max_colocation_size: size, at: at[i as usize], colocated: false }
+            }
+        }
+    }
+}
+
 /// One placement's view of its interval (gathered in placement order).
+#[derive(Clone, Copy)]
 struct Job {
     i: u32,
     size: i64,
@@ -760,8 +818,8 @@ struct Placed<C> {
     /// Group g's union of the chunks live through its windows `g * SUPER..(g + 1) * SUPER`.
     super_through: Vec<Vec<(i64, i64)>>,
     /// Window k's `through` and its group's `super_through` as one union, which is what its
-    /// queries read (about 60 of them a window on a generate run, for a few changes):
-    /// rebuilt when a query finds it stale, not merged again by every query.
+    /// queries read: a chunk joining `through[k]` joins it too, and when one joins the group's
+    /// union it is rebuilt by the next query that reads it (not merged by every query).
     live_through: Vec<Vec<(i64, i64)>>,
     live_through_stale: Vec<bool>,
 }
@@ -965,7 +1023,10 @@ impl Layout {
             }
             if self.through(a, k) {
                 union_insert(&mut placed.through[k], offset, end);
-                placed.live_through_stale[k] = true;
+                // The joined union takes it too (rebuilt only when its group's changes).
+                if !placed.live_through_stale[k] {
+                    union_insert(&mut placed.live_through[k], offset, end);
+                }
             } else {
                 let start = self.list_start[k];
                 let len = placed.list_len[k] as usize;
@@ -1437,6 +1498,7 @@ mod tests {
         b.free_all_open();
         let (s, t) = (plan_with(&b.intervals, 256, Strategy::Spatial), plan_with(&b.intervals, 256, Strategy::Temporal));
         let want = if t.heap_size < s.heap_size { t } else { s };
+        assert_eq!(plan_heap_size(&b.intervals, 256), (want.strategy, want.heap_size));
         assert_eq!(plan(&b.intervals, 256), want);
     }
 
@@ -1685,6 +1747,9 @@ mod tests {
                 if !live.is_empty() && round % 2 == 1 && rnd(4) == 0 {
                     let (with, wsize) = live[rnd(live.len() as u64) as usize];
                     b.share_with(h, h as u64 ^ 5, with, size.max(wsize.min(size + 1)));
+                } else if round % 4 == 0 {
+                    // Keys that rise with the index: the packed order (`Order::Packed`).
+                    b.alloc(h, h as u64, size);
                 } else {
                     b.alloc(h, (h as u64 * 7919) % 97, size);
                 }
@@ -1699,7 +1764,7 @@ mod tests {
                 for strategy in [Strategy::Spatial, Strategy::Temporal] {
                     let want = reference(&b.intervals, alignment, strategy);
                     for bw in [None, Some((1, 1)), Some((1, 3)), Some((2, 8)), Some((8, 16))] {
-                        let got = Planner::with_layout(&b.intervals, alignment, bw).run(strategy);
+                        let got = Planner::with_layout(&b.intervals, alignment, bw).run(strategy, true);
                         assert_eq!(got.offsets, want, "round {round} n {n} {strategy:?} a {alignment} block, window {bw:?}");
                     }
                 }

@@ -60,14 +60,14 @@ pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineR
     let a = alignment as i64;
     let (mut b, sizes, _) = lifetimes(trace, device, a)?;
     b.free_all_open();
-    let plan = heap::plan(&b.intervals, a);
+    let (strategy, heap_size) = heap::plan_heap_size(&b.intervals, a);
     Ok(OfflineResult {
         device,
         alignment,
         buffers: sizes.len(),
         ideal_peak_bytes: b.max_live_bytes().max(0) as u64,
-        offline_peak_bytes: plan.heap_size.max(0) as u64,
-        strategy: match plan.strategy {
+        offline_peak_bytes: heap_size.max(0) as u64,
+        strategy: match strategy {
             heap::Strategy::Spatial => "kSpatial",
             heap::Strategy::Temporal => "kTemporal",
         },
