@@ -223,10 +223,12 @@ struct Planner<'a> {
     iv: &'a [BufferInterval],
     alignment: i64,
     /// Transitive colocations of each canonical interval (`GetTransitiveColocations`),
-    /// flattened: `colo[colo_start[i]..colo_start[i+1]]`.
+    /// flattened: `colo[colo_start[i]..colo_start[i+1]]`. These and the three below are
+    /// empty when no interval has colocations (a trace's never do).
     colo_start: Vec<u32>,
     colo: Vec<u32>,
-    /// Per interval: min colocation start, max colocation end, max colocation size.
+    /// Per interval: min colocation start, max colocation end, max colocation size (read
+    /// through the methods of the same names).
     min_start: Vec<i64>,
     max_end: Vec<i64>,
     max_size: Vec<i64>,
@@ -240,6 +242,14 @@ impl<'a> Planner<'a> {
 
     /// `block_window`: force [`Layout`]'s block and window (tests use tiny ones).
     fn with_layout(iv: &'a [BufferInterval], alignment: i64, block_window: Option<(usize, usize)>) -> Self {
+        let layout = Layout::new(iv, alignment.max(1), block_window);
+        if iv.iter().all(|x| x.colocations.is_empty()) {
+            // Each interval is its own group: nothing to gather (the accessors read the
+            // interval).
+            let (colo_start, colo) = (Vec::new(), Vec::new());
+            let (min_start, max_end, max_size) = (Vec::new(), Vec::new(), Vec::new());
+            return Planner { iv, alignment: alignment.max(1), colo_start, colo, min_start, max_end, max_size, layout };
+        }
         let n = iv.len();
         let mut colo_start = Vec::with_capacity(n + 1);
         let mut colo = Vec::new();
@@ -270,20 +280,29 @@ impl<'a> Planner<'a> {
             max_size.push(sz);
         }
         colo_start.push(colo.len() as u32);
-        Planner {
-            iv,
-            alignment: alignment.max(1),
-            colo_start,
-            colo,
-            min_start,
-            max_end,
-            max_size,
-            layout: Layout::new(iv, alignment.max(1), block_window),
-        }
+        Planner { iv, alignment: alignment.max(1), colo_start, colo, min_start, max_end, max_size, layout }
     }
 
     fn colocations(&self, i: usize) -> &[u32] {
+        if self.colo.is_empty() {
+            return &[];
+        }
         &self.colo[self.colo_start[i] as usize..self.colo_start[i + 1] as usize]
+    }
+
+    /// The earliest start of interval `i`'s colocation group.
+    fn min_start(&self, i: usize) -> i64 {
+        self.min_start.get(i).copied().unwrap_or(self.iv[i].start)
+    }
+
+    /// The latest end of interval `i`'s colocation group.
+    fn max_end(&self, i: usize) -> i64 {
+        self.max_end.get(i).copied().unwrap_or(self.iv[i].end)
+    }
+
+    /// The largest size in interval `i`'s colocation group.
+    fn max_size(&self, i: usize) -> i64 {
+        self.max_size.get(i).copied().unwrap_or(self.iv[i].size)
     }
 
     /// One order's plan; `offsets`: whether to return each interval's offset and chunk size.
@@ -311,7 +330,7 @@ impl<'a> Planner<'a> {
                 let x = &iv[i];
                 match strategy {
                     Strategy::Spatial => (-x.size, x.start - x.end, x.key, i as u32),
-                    Strategy::Temporal => (self.min_start[i] - self.max_end[i], -x.size, x.key, i as u32),
+                    Strategy::Temporal => (self.min_start(i) - self.max_end(i), -x.size, x.key, i as u32),
                 }
             })
             .collect();
@@ -323,7 +342,9 @@ impl<'a> Planner<'a> {
                 if let Some(&(_, _, _, later)) = keyed.get(t + 16) {
                     let later = later as usize;
                     prefetch(std::slice::from_ref(&iv[later]));
-                    prefetch(std::slice::from_ref(&self.max_size[later]));
+                    if let Some(m) = self.max_size.get(later) {
+                        prefetch(std::slice::from_ref(m));
+                    }
                     prefetch(std::slice::from_ref(&self.layout.at[later]));
                 }
                 self.job(keyed[t].3 as usize)
@@ -364,9 +385,9 @@ impl<'a> Planner<'a> {
         Job {
             i: i as u32,
             size: self.iv[i].size,
-            max_colocation_size: self.max_size[i],
+            max_colocation_size: self.max_size(i),
             at: self.layout.at[i],
-            colocated: !self.colo.is_empty() && self.colo_start[i] != self.colo_start[i + 1],
+            colocated: !self.colocations(i).is_empty(),
         }
     }
 
@@ -1658,13 +1679,13 @@ mod tests {
         let mut order: Vec<usize> = (0..iv.len()).filter(|&i| iv[i].need_allocation).collect();
         match strategy {
             Strategy::Spatial => order.sort_by_key(|&i| (-iv[i].size, iv[i].start - iv[i].end, iv[i].key, i)),
-            Strategy::Temporal => order.sort_by_key(|&i| (planner.min_start[i] - planner.max_end[i], -iv[i].size, iv[i].key, i)),
+            Strategy::Temporal => order.sort_by_key(|&i| (planner.min_start(i) - planner.max_end(i), -iv[i].size, iv[i].key, i)),
         }
         let a = alignment.max(1);
         let mut offsets = vec![-1i64; iv.len()];
         let mut placed: Vec<usize> = Vec::new();
         for &i in &order {
-            let max_size = planner.max_size[i];
+            let max_size = planner.max_size(i);
             let mut used = Vec::new();
             let mut spans = vec![(iv[i].start, iv[i].end)];
             spans.extend(planner.colocations(i).iter().map(|&c| (iv[c as usize].start, iv[c as usize].end)));
@@ -1723,10 +1744,10 @@ mod tests {
         /// The chunk size an interval was placed with: its canonical's max colocation size.
         fn max_size_of_chunk(&self, p: usize, _offsets: &[i64], order: &[usize]) -> i64 {
             if self.iv[p].need_allocation {
-                return self.max_size[p];
+                return self.max_size(p);
             }
             let canonical = order.iter().find(|&&c| self.colocations(c).contains(&(p as u32))).expect("canonical");
-            self.max_size[*canonical]
+            self.max_size(*canonical)
         }
     }
 
