@@ -4,6 +4,7 @@
 //! `max_split_size`, expandable segments, garbage collection under a memory fraction, the
 //! release-and-retry path and OOMs. Function names below are upstream's.
 
+use super::free_blocks::FreeBlocks;
 use super::sorted_map::SortedMap;
 
 use super::options::Syntax;
@@ -124,12 +125,12 @@ impl Block {
 }
 
 /// `BlockPool`: free blocks ordered by `BlockComparatorSize` (stream, size, ptr), unmapped
-/// blocks of expandable segments by `BlockComparatorAddress` (stream, ptr). Keys are packed
-/// into one `u128` (see [`size_key`]): the stream as its rank among the streams seen, then
-/// size and address, which orders blocks like the tuple within a stream.
+/// blocks of expandable segments by `BlockComparatorAddress` (stream, ptr). Streams are
+/// identified by their rank among the streams seen, which orders blocks like the tuple within
+/// a stream (see [`FreeBlocks`]; `unmapped` packs (rank, ptr) into one `u128`).
 #[derive(Debug, Default)]
 struct BlockPool {
-    blocks: SortedMap,
+    blocks: FreeBlocks,
     unmapped: SortedMap,
     is_small: bool,
     /// Index of the trace pool (0 = default; others are private pools, e.g. CUDA graphs).
@@ -211,14 +212,6 @@ pub struct CachingAllocator {
     streams: Vec<u64>,
 }
 
-/// `BlockComparatorSize` key: (stream rank, size, ptr) packed as 16 + 56 + 56 bits (sizes and
-/// addresses below 64 PiB; a device sees far fewer than 65,536 streams).
-#[inline]
-fn size_key(rank: u32, size: u64, ptr: u64) -> u128 {
-    debug_assert!(rank < 1 << 16 && size < 1 << 56 && ptr < 1 << 56);
-    (u128::from(rank) << 112) | (u128::from(size) << 56) | u128::from(ptr)
-}
-
 /// `BlockComparatorAddress` key: (stream rank, ptr).
 #[inline]
 fn address_key(rank: u32, ptr: u64) -> u128 {
@@ -284,15 +277,6 @@ impl CachingAllocator {
         }
     }
 
-    #[inline]
-    fn key(&mut self, b: u32) -> u128 {
-        let (stream, size, ptr) = {
-            let bl = &self.blocks[b as usize];
-            (bl.stream, bl.size, bl.ptr)
-        };
-        size_key(self.rank(stream), size, ptr)
-    }
-
     /// A pool's free blocks in `BlockComparatorSize` order (stream, size, ptr): the packed keys
     /// order streams by first use, upstream by the stream's value.
     fn blocks_in_order(&self, pool: usize) -> Vec<u32> {
@@ -310,14 +294,18 @@ impl CachingAllocator {
     fn insert_into_blocks(&mut self, b: u32) {
         let pool = self.blocks[b as usize].pool as usize;
         self.blocks[b as usize].gc_count_base = self.pools[pool].get_free_blocks_call_count;
-        let k = self.key(b);
-        self.pools[pool].blocks.insert(k, b);
+        let (stream, size, ptr) = (self.blocks[b as usize].stream, self.blocks[b as usize].size, self.blocks[b as usize].ptr);
+        let rank = self.rank(stream);
+        self.pools[pool].blocks.insert(rank, size, ptr, b);
     }
 
     fn erase_from_blocks(&mut self, b: u32) {
-        let pool = self.blocks[b as usize].pool as usize;
-        let k = self.key(b);
-        self.pools[pool].blocks.remove(&k);
+        let (stream, size, ptr, pool) = {
+            let bl = &self.blocks[b as usize];
+            (bl.stream, bl.size, bl.ptr, bl.pool as usize)
+        };
+        let rank = self.rank(stream);
+        self.pools[pool].blocks.remove(rank, size, ptr);
     }
 
     fn insert_unmapped(&mut self, b: u32) {
@@ -382,14 +370,11 @@ impl CachingAllocator {
         if self.gc_active() {
             self.pools[pool as usize].get_free_blocks_call_count += 1;
         }
-        let lo = size_key(self.rank(stream), size, 0);
-        let p = &self.pools[pool as usize];
-        let mut it = p.blocks.range(lo, None);
-        let (_, first) = it.next()?;
-        if self.blocks[first as usize].stream != stream {
-            return None;
-        }
-        let mut found = first;
+        // The range ends at the stream's last block: upstream stops at the first block of
+        // another stream.
+        let rank = self.rank(stream);
+        let mut it = self.pools[pool as usize].blocks.range(rank, size).map(|(_, _, b)| b);
+        let mut found = it.next()?;
         if self.blocks[found as usize].expandable != NONE {
             if self.config.expandable_segments {
                 // Best fit on the size a block can expand to (it may be followed by unmapped
@@ -398,28 +383,15 @@ impl CachingAllocator {
                     let bl = &self.blocks[b as usize];
                     bl.size + if bl.next != NONE && !self.blocks[bl.next as usize].mapped { self.blocks[bl.next as usize].size } else { 0 }
                 };
-                for (_, next) in it {
-                    if self.blocks[found as usize].expandable == NONE
-                        || self.blocks[next as usize].stream != stream
-                        || expandable_size(next) >= expandable_size(found)
-                    {
+                for next in it {
+                    if self.blocks[found as usize].expandable == NONE || expandable_size(next) >= expandable_size(found) {
                         break;
                     }
                     found = next;
                 }
             } else {
                 // Expandable segments turned off: skip expandable blocks.
-                let mut next = None;
-                for (_, b) in it {
-                    if self.blocks[b as usize].stream != stream {
-                        return None;
-                    }
-                    if self.blocks[b as usize].expandable == NONE {
-                        next = Some(b);
-                        break;
-                    }
-                }
-                found = next?;
+                found = it.find(|&b| self.blocks[b as usize].expandable == NONE)?;
             }
         }
         let bsize = self.blocks[found as usize].size;
@@ -775,9 +747,9 @@ impl CachingAllocator {
         // A max_split_size_mb near 2^64 / MiB (upstream clamps it there) is beyond the packed
         // keys' sizes: no block is that large (found by tests/test_hypothesis_inputs.py).
         let lookup = key_size.min((1 << 56) - 1);
-        let found = self.pools[pool as usize].blocks.range(size_key(rank, lookup, 0), None).next().map(|(_, b)| b);
+        let found = self.pools[pool as usize].blocks.range(rank, lookup).next().map(|(_, _, b)| b);
         match found {
-            Some(b) if self.blocks[b as usize].stream == stream && self.blocks[b as usize].expandable == NONE => {
+            Some(b) if self.blocks[b as usize].expandable == NONE => {
                 self.release_block(b, dev);
                 true
             }
