@@ -93,7 +93,6 @@ struct Block {
     /// Index into `CachingAllocator::expandable`, or NONE.
     expandable: u32,
     gc_count_base: i64,
-    alloc_id: u64,
     /// Base address of the segment (or expandable range) the block belongs to.
     seg: u64,
 }
@@ -114,7 +113,6 @@ impl Block {
             mapped: true,
             expandable,
             gc_count_base: 0,
-            alloc_id: u64::MAX,
             seg,
         }
     }
@@ -605,7 +603,6 @@ impl CachingAllocator {
         let b = &mut self.blocks[block as usize];
         b.allocated = true;
         b.requested = req.size;
-        b.alloc_id = req.id;
         let bsize = b.size;
         self.stats.add_allocated(bsize, req.size);
         self.by_id.insert(req.id, block);
@@ -628,7 +625,6 @@ impl CachingAllocator {
         self.stats.requested -= requested;
         let bl = &mut self.blocks[b as usize];
         bl.requested = 0;
-        bl.alloc_id = u64::MAX;
     }
 
     /// `release_block`: cudaFree of an unsplit, non-expandable free block.
