@@ -73,7 +73,10 @@ pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> 
     Ok(Box::new(CachingAllocator::new(name, config, capacity, total)))
 }
 
+/// One cache line per block (64 bytes, aligned): splitting, merging and freeing read a block
+/// and its neighbours.
 #[derive(Debug, Clone)]
+#[repr(align(64))]
 struct Block {
     ptr: u64,
     size: u64,
@@ -92,7 +95,9 @@ struct Block {
     mapped: bool,
     /// Index into `CachingAllocator::expandable`, or NONE.
     expandable: u32,
-    gc_count_base: i64,
+    /// Upstream's `int gc_count_base`: the pool's call count, truncated as upstream's `int`
+    /// (the age `gc_count()` is taken modulo 2^32 either way).
+    gc_count_base: i32,
     /// Base address of the segment (or expandable range) the block belongs to.
     seg: u64,
 }
@@ -291,7 +296,7 @@ impl CachingAllocator {
     /// `BlockPool::insert_into_blocks`.
     fn insert_into_blocks(&mut self, b: u32) {
         let pool = self.blocks[b as usize].pool as usize;
-        self.blocks[b as usize].gc_count_base = self.pools[pool].get_free_blocks_call_count;
+        self.blocks[b as usize].gc_count_base = self.pools[pool].get_free_blocks_call_count as i32;
         let (stream, size, ptr) = (self.blocks[b as usize].stream, self.blocks[b as usize].size, self.blocks[b as usize].ptr);
         let rank = self.rank(stream);
         self.pools[pool].blocks.insert(rank, size, ptr, b);
@@ -792,7 +797,8 @@ impl CachingAllocator {
         let mut gc_reclaimed = 0;
         let large = self.pool_index(0, false) as usize;
         let count = self.pools[large].get_free_blocks_call_count;
-        let gc_count = |s: &Self, b: u32| (count - s.blocks[b as usize].gc_count_base) as i32 as i64 as u64;
+        // `Block::gc_count()`: int(get_free_blocks_call_count - gc_count_base).
+        let gc_count = |s: &Self, b: u32| (count as i32).wrapping_sub(s.blocks[b as usize].gc_count_base) as i64 as u64;
         let mut total_age: u64 = 0;
         let mut freeable_block_count: u64 = 0;
         for b in self.pools[large].blocks.values() {
@@ -1083,6 +1089,8 @@ impl Policy for CachingAllocator {
         Some(out)
     }
 }
+
+const _: () = assert!(std::mem::size_of::<Block>() == 64);
 
 impl CachingAllocator {
     /// Base address of the segment holding block `b` (the expandable range's base for
