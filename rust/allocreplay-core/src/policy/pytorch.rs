@@ -215,6 +215,19 @@ pub struct CachingAllocator {
     streams: Vec<u64>,
 }
 
+/// A stream's rank among `streams`, the streams in order of first use (streams are few: a
+/// linear scan).
+#[inline]
+fn stream_rank(streams: &mut Vec<u64>, stream: u64) -> u32 {
+    match streams.iter().position(|&s| s == stream) {
+        Some(i) => i as u32,
+        None => {
+            streams.push(stream);
+            (streams.len() - 1) as u32
+        }
+    }
+}
+
 /// `BlockComparatorAddress` key: (stream rank, ptr).
 #[inline]
 fn address_key(rank: u32, ptr: u64) -> u128 {
@@ -268,16 +281,10 @@ impl CachingAllocator {
         idx as u32
     }
 
-    /// The stream's rank in the packed pool keys (streams are few: a linear scan).
+    /// The stream's rank in the packed pool keys.
     #[inline]
     fn rank(&mut self, stream: u64) -> u32 {
-        match self.streams.iter().position(|&s| s == stream) {
-            Some(i) => i as u32,
-            None => {
-                self.streams.push(stream);
-                (self.streams.len() - 1) as u32
-            }
-        }
+        stream_rank(&mut self.streams, stream)
     }
 
     /// A pool's free blocks in `BlockComparatorSize` order (stream, size, ptr): the packed keys
@@ -295,20 +302,15 @@ impl CachingAllocator {
 
     /// `BlockPool::insert_into_blocks`.
     fn insert_into_blocks(&mut self, b: u32) {
-        let pool = self.blocks[b as usize].pool as usize;
-        self.blocks[b as usize].gc_count_base = self.pools[pool].get_free_blocks_call_count as i32;
-        let (stream, size, ptr) = (self.blocks[b as usize].stream, self.blocks[b as usize].size, self.blocks[b as usize].ptr);
-        let rank = self.rank(stream);
-        self.pools[pool].blocks.insert(rank, size, ptr, b);
+        let bl = &mut self.blocks[b as usize];
+        let pool = &mut self.pools[bl.pool as usize];
+        bl.gc_count_base = pool.get_free_blocks_call_count as i32;
+        pool.blocks.insert(stream_rank(&mut self.streams, bl.stream), bl.size, bl.ptr, b);
     }
 
     fn erase_from_blocks(&mut self, b: u32) {
-        let (stream, size, ptr, pool) = {
-            let bl = &self.blocks[b as usize];
-            (bl.stream, bl.size, bl.ptr, bl.pool as usize)
-        };
-        let rank = self.rank(stream);
-        self.pools[pool].blocks.remove(rank, size, ptr);
+        let bl = &self.blocks[b as usize];
+        self.pools[bl.pool as usize].blocks.remove(stream_rank(&mut self.streams, bl.stream), bl.size, bl.ptr);
     }
 
     fn insert_unmapped(&mut self, b: u32) {
