@@ -7,6 +7,7 @@ pub mod bfc_config;
 pub mod bounds;
 pub mod cuda_async;
 pub mod cuda_malloc;
+mod free_blocks;
 mod id_map;
 pub mod invariants;
 pub mod managed;

@@ -4,6 +4,7 @@
 //! `max_split_size`, expandable segments, garbage collection under a memory fraction, the
 //! release-and-retry path and OOMs. Function names below are upstream's.
 
+use super::free_blocks::FreeBlocks;
 use super::sorted_map::SortedMap;
 
 use super::options::Syntax;
@@ -72,7 +73,10 @@ pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> 
     Ok(Box::new(CachingAllocator::new(name, config, capacity, total)))
 }
 
+/// One cache line per block (64 bytes, aligned): splitting, merging and freeing read a block
+/// and its neighbours.
 #[derive(Debug, Clone)]
+#[repr(align(64))]
 struct Block {
     ptr: u64,
     size: u64,
@@ -91,8 +95,9 @@ struct Block {
     mapped: bool,
     /// Index into `CachingAllocator::expandable`, or NONE.
     expandable: u32,
-    gc_count_base: i64,
-    alloc_id: u64,
+    /// Upstream's `int gc_count_base`: the pool's call count, truncated as upstream's `int`
+    /// (the age `gc_count()` is taken modulo 2^32 either way).
+    gc_count_base: i32,
     /// Base address of the segment (or expandable range) the block belongs to.
     seg: u64,
 }
@@ -113,7 +118,6 @@ impl Block {
             mapped: true,
             expandable,
             gc_count_base: 0,
-            alloc_id: u64::MAX,
             seg,
         }
     }
@@ -124,12 +128,12 @@ impl Block {
 }
 
 /// `BlockPool`: free blocks ordered by `BlockComparatorSize` (stream, size, ptr), unmapped
-/// blocks of expandable segments by `BlockComparatorAddress` (stream, ptr). Keys are packed
-/// into one `u128` (see [`size_key`]): the stream as its rank among the streams seen, then
-/// size and address, which orders blocks like the tuple within a stream.
+/// blocks of expandable segments by `BlockComparatorAddress` (stream, ptr). Streams are
+/// identified by their rank among the streams seen, which orders blocks like the tuple within
+/// a stream (see [`FreeBlocks`]; `unmapped` packs (rank, ptr) into one `u128`).
 #[derive(Debug, Default)]
 struct BlockPool {
-    blocks: SortedMap,
+    blocks: FreeBlocks,
     unmapped: SortedMap,
     is_small: bool,
     /// Index of the trace pool (0 = default; others are private pools, e.g. CUDA graphs).
@@ -211,12 +215,17 @@ pub struct CachingAllocator {
     streams: Vec<u64>,
 }
 
-/// `BlockComparatorSize` key: (stream rank, size, ptr) packed as 16 + 56 + 56 bits (sizes and
-/// addresses below 64 PiB; a device sees far fewer than 65,536 streams).
+/// A stream's rank among `streams`, the streams in order of first use (streams are few: a
+/// linear scan).
 #[inline]
-fn size_key(rank: u32, size: u64, ptr: u64) -> u128 {
-    debug_assert!(rank < 1 << 16 && size < 1 << 56 && ptr < 1 << 56);
-    (u128::from(rank) << 112) | (u128::from(size) << 56) | u128::from(ptr)
+fn stream_rank(streams: &mut Vec<u64>, stream: u64) -> u32 {
+    match streams.iter().position(|&s| s == stream) {
+        Some(i) => i as u32,
+        None => {
+            streams.push(stream);
+            (streams.len() - 1) as u32
+        }
+    }
 }
 
 /// `BlockComparatorAddress` key: (stream rank, ptr).
@@ -272,25 +281,10 @@ impl CachingAllocator {
         idx as u32
     }
 
-    /// The stream's rank in the packed pool keys (streams are few: a linear scan).
+    /// The stream's rank in the packed pool keys.
     #[inline]
     fn rank(&mut self, stream: u64) -> u32 {
-        match self.streams.iter().position(|&s| s == stream) {
-            Some(i) => i as u32,
-            None => {
-                self.streams.push(stream);
-                (self.streams.len() - 1) as u32
-            }
-        }
-    }
-
-    #[inline]
-    fn key(&mut self, b: u32) -> u128 {
-        let (stream, size, ptr) = {
-            let bl = &self.blocks[b as usize];
-            (bl.stream, bl.size, bl.ptr)
-        };
-        size_key(self.rank(stream), size, ptr)
+        stream_rank(&mut self.streams, stream)
     }
 
     /// A pool's free blocks in `BlockComparatorSize` order (stream, size, ptr): the packed keys
@@ -308,16 +302,15 @@ impl CachingAllocator {
 
     /// `BlockPool::insert_into_blocks`.
     fn insert_into_blocks(&mut self, b: u32) {
-        let pool = self.blocks[b as usize].pool as usize;
-        self.blocks[b as usize].gc_count_base = self.pools[pool].get_free_blocks_call_count;
-        let k = self.key(b);
-        self.pools[pool].blocks.insert(k, b);
+        let bl = &mut self.blocks[b as usize];
+        let pool = &mut self.pools[bl.pool as usize];
+        bl.gc_count_base = pool.get_free_blocks_call_count as i32;
+        pool.blocks.insert(stream_rank(&mut self.streams, bl.stream), bl.size, bl.ptr, b);
     }
 
     fn erase_from_blocks(&mut self, b: u32) {
-        let pool = self.blocks[b as usize].pool as usize;
-        let k = self.key(b);
-        self.pools[pool].blocks.remove(&k);
+        let bl = &self.blocks[b as usize];
+        self.pools[bl.pool as usize].blocks.remove(stream_rank(&mut self.streams, bl.stream), bl.size, bl.ptr);
     }
 
     fn insert_unmapped(&mut self, b: u32) {
@@ -382,14 +375,11 @@ impl CachingAllocator {
         if self.gc_active() {
             self.pools[pool as usize].get_free_blocks_call_count += 1;
         }
-        let lo = size_key(self.rank(stream), size, 0);
-        let p = &self.pools[pool as usize];
-        let mut it = p.blocks.range(lo, None);
-        let (_, first) = it.next()?;
-        if self.blocks[first as usize].stream != stream {
-            return None;
-        }
-        let mut found = first;
+        // The range ends at the stream's last block: upstream stops at the first block of
+        // another stream.
+        let rank = self.rank(stream);
+        let mut it = self.pools[pool as usize].blocks.range(rank, size).map(|(_, _, b)| b);
+        let mut found = it.next()?;
         if self.blocks[found as usize].expandable != NONE {
             if self.config.expandable_segments {
                 // Best fit on the size a block can expand to (it may be followed by unmapped
@@ -398,28 +388,15 @@ impl CachingAllocator {
                     let bl = &self.blocks[b as usize];
                     bl.size + if bl.next != NONE && !self.blocks[bl.next as usize].mapped { self.blocks[bl.next as usize].size } else { 0 }
                 };
-                for (_, next) in it {
-                    if self.blocks[found as usize].expandable == NONE
-                        || self.blocks[next as usize].stream != stream
-                        || expandable_size(next) >= expandable_size(found)
-                    {
+                for next in it {
+                    if self.blocks[found as usize].expandable == NONE || expandable_size(next) >= expandable_size(found) {
                         break;
                     }
                     found = next;
                 }
             } else {
                 // Expandable segments turned off: skip expandable blocks.
-                let mut next = None;
-                for (_, b) in it {
-                    if self.blocks[b as usize].stream != stream {
-                        return None;
-                    }
-                    if self.blocks[b as usize].expandable == NONE {
-                        next = Some(b);
-                        break;
-                    }
-                }
-                found = next?;
+                found = it.find(|&b| self.blocks[b as usize].expandable == NONE)?;
             }
         }
         let bsize = self.blocks[found as usize].size;
@@ -633,7 +610,6 @@ impl CachingAllocator {
         let b = &mut self.blocks[block as usize];
         b.allocated = true;
         b.requested = req.size;
-        b.alloc_id = req.id;
         let bsize = b.size;
         self.stats.add_allocated(bsize, req.size);
         self.by_id.insert(req.id, block);
@@ -656,7 +632,6 @@ impl CachingAllocator {
         self.stats.requested -= requested;
         let bl = &mut self.blocks[b as usize];
         bl.requested = 0;
-        bl.alloc_id = u64::MAX;
     }
 
     /// `release_block`: cudaFree of an unsplit, non-expandable free block.
@@ -775,9 +750,9 @@ impl CachingAllocator {
         // A max_split_size_mb near 2^64 / MiB (upstream clamps it there) is beyond the packed
         // keys' sizes: no block is that large (found by tests/test_hypothesis_inputs.py).
         let lookup = key_size.min((1 << 56) - 1);
-        let found = self.pools[pool as usize].blocks.range(size_key(rank, lookup, 0), None).next().map(|(_, b)| b);
+        let found = self.pools[pool as usize].blocks.range(rank, lookup).next().map(|(_, _, b)| b);
         match found {
-            Some(b) if self.blocks[b as usize].stream == stream && self.blocks[b as usize].expandable == NONE => {
+            Some(b) if self.blocks[b as usize].expandable == NONE => {
                 self.release_block(b, dev);
                 true
             }
@@ -824,7 +799,8 @@ impl CachingAllocator {
         let mut gc_reclaimed = 0;
         let large = self.pool_index(0, false) as usize;
         let count = self.pools[large].get_free_blocks_call_count;
-        let gc_count = |s: &Self, b: u32| (count - s.blocks[b as usize].gc_count_base) as i32 as i64 as u64;
+        // `Block::gc_count()`: int(get_free_blocks_call_count - gc_count_base).
+        let gc_count = |s: &Self, b: u32| (count as i32).wrapping_sub(s.blocks[b as usize].gc_count_base) as i64 as u64;
         let mut total_age: u64 = 0;
         let mut freeable_block_count: u64 = 0;
         for b in self.pools[large].blocks.values() {
@@ -1115,6 +1091,8 @@ impl Policy for CachingAllocator {
         Some(out)
     }
 }
+
+const _: () = assert!(std::mem::size_of::<Block>() == 64);
 
 impl CachingAllocator {
     /// Base address of the segment holding block `b` (the expandable range's base for

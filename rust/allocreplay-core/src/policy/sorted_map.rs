@@ -99,13 +99,16 @@ impl SmallMap {
         }
     }
 
-    fn insert(&mut self, k: u128, v: u32) {
+    /// Returns whether `k` is new (not already in the map).
+    fn insert(&mut self, k: u128, v: u32) -> bool {
         match self.search(k) {
             Ok(i) => {
                 self.entries[i].val = v;
                 if self.hole == Some(i) {
                     self.hole = None;
+                    return true;
                 }
+                return false;
             }
             Err(j) => match self.hole.take() {
                 None => self.entries.insert(j, Entry::new(k, v)),
@@ -125,6 +128,7 @@ impl SmallMap {
                 }
             },
         }
+        true
     }
 
     fn remove(&mut self, k: u128) -> Option<u32> {
@@ -171,19 +175,19 @@ impl SortedMap {
         }
     }
 
-    pub fn insert(&mut self, k: u128, v: u32) {
+    /// Returns whether `k` is new (not already in the map).
+    pub fn insert(&mut self, k: u128, v: u32) -> bool {
         match self {
             SortedMap::Small(m) => {
-                m.insert(k, v);
+                let new = m.insert(k, v);
                 if m.entries.len() > SPILL {
                     m.close_hole();
                     let large: BTreeMap<u128, u32> = m.entries.iter().map(|e| (e.key(), e.val)).collect();
                     *self = SortedMap::Large(large);
                 }
+                new
             }
-            SortedMap::Large(m) => {
-                m.insert(k, v);
-            }
+            SortedMap::Large(m) => m.insert(k, v).is_none(),
         }
     }
 
@@ -228,6 +232,7 @@ impl SortedMap {
         self.range(0, None)
     }
 
+    #[cfg(test)]
     pub fn values(&self) -> impl DoubleEndedIterator<Item = u32> + '_ {
         self.iter().map(|(_, v)| v)
     }
@@ -291,8 +296,7 @@ mod tests {
             let k = u128::from(x % 4096) << 64 | u128::from(x % 7);
             let grow = step < 8_000 || (14_000..16_000).contains(&step);
             if !x.is_multiple_of(3) || grow {
-                ours.insert(k, step);
-                theirs.insert(k, step);
+                assert_eq!(ours.insert(k, step), theirs.insert(k, step).is_none());
             } else {
                 assert_eq!(ours.remove(&k), theirs.remove(&k));
             }
@@ -327,8 +331,7 @@ mod tests {
             let x = rng.next_u64();
             let k = u128::from(x % 97) << 64 | u128::from(x >> 60);
             if x % 5 < 2 {
-                ours.insert(k, step);
-                theirs.insert(k, step);
+                assert_eq!(ours.insert(k, step), theirs.insert(k, step).is_none(), "step {step}");
             } else {
                 assert_eq!(ours.remove(&k), theirs.remove(&k), "step {step}");
             }
