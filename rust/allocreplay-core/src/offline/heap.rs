@@ -1362,7 +1362,11 @@ fn merge_into(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut [(i64, i64)]) {
 /// (a chunk starting where the used ones before it end lists no free chunk).
 fn union_insert(runs: &mut Vec<(i64, i64)>, offset: i64, end: i64) {
     let first = runs.partition_point(|r| r.1 < offset);
-    let past = runs.partition_point(|r| r.0 <= end);
+    // The runs it joins follow `first` (a chunk mostly joins none or one): found by a scan.
+    let mut past = first;
+    while past < runs.len() && runs[past].0 <= end {
+        past += 1;
+    }
     if first == past {
         runs.insert(first, (offset, end));
     } else {
