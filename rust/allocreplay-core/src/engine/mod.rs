@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt64Type;
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, PrimitiveArray, RecordBatch};
 
 use crate::policy::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::trace::{Action, Columns, Trace};
@@ -230,134 +230,36 @@ pub(crate) fn feed_rows<P: Policy + ?Sized>(
     hooks: &mut Hooks<'_>,
 ) -> bool {
     let c = Columns::of(batch);
-    let chunk_col = batch.column_by_name("chunk_bytes").and_then(|col| col.as_primitive_opt::<UInt64Type>());
     let n = batch.num_rows();
     let (stop, stopped) = match hooks.stop_after {
         Some(s) if s < base + n => ((s + 1).saturating_sub(base), true),
         _ => (n, false),
     };
-    let device = st.device;
-    let opts = &st.opts;
-    let dev = &mut st.dev;
-    // Most traces have no seed rows: then the seed bit is not read row by row.
-    let any_seed = c.seed.true_count() > 0;
-    let mut reported = 0usize;
-    for j in 0..stop {
-        if j - reported == PROGRESS_EVERY {
-            if let Some(p) = hooks.progress {
-                p.fetch_add(PROGRESS_EVERY as u64, Ordering::Relaxed);
-            }
-            reported = j;
+    let rows = Rows {
+        c: &c,
+        chunk_col: batch.column_by_name("chunk_bytes").and_then(|col| col.as_primitive_opt::<UInt64Type>()),
+        base,
+        // Most traces have no seed rows: then the seed bit is not read row by row.
+        any_seed: c.seed.true_count() > 0,
+    };
+    // The rows go in runs of PROGRESS_EVERY, the progress hook bumped after each: no count
+    // to check per row.
+    let mut at = 0;
+    while at < stop {
+        let end = stop.min(at + PROGRESS_EVERY);
+        // A run whose rows are all on this device, with no seed and no recorded addresses to
+        // offer (every replay but `validate` of a one-device trace without seeds), goes
+        // through a copy of the loop that reads neither the device column nor the seed bits.
+        // The check reads the run's device column once (it is in cache for the loop after).
+        if !rows.any_seed && !st.opts.recorded_addresses && all_on(&c.device[at..end], st.device) {
+            replay_run::<P, true>(policy, st, &rows, at..end, hooks);
+        } else {
+            replay_run::<P, false>(policy, st, &rows, at..end, hooks);
         }
-        if c.device[j] != device {
-            continue;
+        if let Some(p) = hooks.progress {
+            p.fetch_add((end - at) as u64, Ordering::Relaxed);
         }
-        let Some(action) = Action::from_code(c.action[j]) else { continue };
-        let seed = any_seed && c.seed.value(j);
-        let i = base + j;
-        dev.event = i;
-        match action {
-            Action::Alloc => {
-                st.events += 1;
-                let id = c.alloc_id[j];
-                // What the recorded run did is read for seeds and for `validate` only: no policy
-                // looks at it otherwise (two columns fewer to stream through per request).
-                let (recorded_addr, recorded_chunk) = if seed || opts.recorded_addresses {
-                    (c.addr.is_valid(j).then(|| c.addr.value(j)), chunk_col.filter(|col| col.is_valid(j)).map(|col| col.value(j)))
-                } else {
-                    (None, None)
-                };
-                let req = Request { event: i, id, size: c.size[j], stream: c.stream[j], pool: c.pool[j], recorded_addr, recorded_chunk };
-                if opts.recorded_addresses {
-                    dev.set_hints(st.pending_hints.drain(..));
-                    dev.request_hint = recorded_addr;
-                }
-                let res: Result<Placement, OutOfMemory> = if seed { policy.seed_alloc(&req, dev) } else { policy.malloc(&req, dev) };
-                dev.clear_hints();
-                match res {
-                    Ok(p) => {
-                        if opts.placements {
-                            st.placements.push(PlacementRow { event: i, id, placement: p });
-                        }
-                    }
-                    Err(oom) => {
-                        st.failed.insert(id);
-                        st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
-                    }
-                }
-            }
-            Action::FreeRequested => {
-                st.events += 1;
-                let id = c.alloc_id[j];
-                if c.alloc_id_valid(j) && (st.failed.is_empty() || !st.failed.contains(&id)) {
-                    policy.free_requested(id, dev);
-                }
-            }
-            Action::FreeCompleted => {
-                st.events += 1;
-                let id = c.alloc_id[j];
-                if c.alloc_id_valid(j) && (st.failed.is_empty() || !st.failed.remove(&id)) {
-                    policy.free_completed(id, dev);
-                }
-            }
-            // c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: when no block
-            // could be found or made, even after freeing the cache and retrying, the allocator
-            // records TraceEntry::OOM with the request's (rounded) size and throws. The request
-            // is replayed: the policy must fail it too. One that serves it hands the block
-            // straight back, since the caller got an exception and holds nothing.
-            Action::Oom if !seed => {
-                st.events += 1;
-                let oom_id = st.oom_id;
-                let req = Request {
-                    event: i,
-                    id: oom_id,
-                    size: c.size[j],
-                    stream: c.stream[j],
-                    pool: c.pool[j],
-                    recorded_addr: None,
-                    recorded_chunk: None,
-                };
-                dev.request_hint = None;
-                match policy.malloc(&req, dev) {
-                    Ok(_) => {
-                        policy.free_requested(oom_id, dev);
-                        policy.free_completed(oom_id, dev);
-                    }
-                    Err(oom) => {
-                        st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
-                    }
-                }
-            }
-            Action::EmptyCache => {
-                st.events += 1;
-                policy.empty_cache(dev);
-            }
-            Action::SegmentAlloc | Action::SegmentMap => {
-                if seed {
-                    let addr = c.addr.value(j);
-                    policy.seed_segment(addr, c.size[j], c.stream[j], c.pool[j], dev);
-                } else if opts.recorded_addresses && c.addr.is_valid(j) {
-                    st.pending_hints.push((c.addr.value(j), c.size[j]));
-                }
-                continue;
-            }
-            _ => continue,
-        }
-        let s = policy.stats();
-        if s.reserved > st.peak_reserved {
-            st.peak_reserved = s.reserved;
-            hooks.peak_reserved_event = Some(i);
-        }
-        if s.allocated > st.peak_allocated {
-            st.peak_allocated = s.allocated;
-            hooks.peak_allocated_event = Some(i);
-        }
-        if let Some(t) = st.timeline.as_mut() {
-            t.push(i, s.allocated, s.reserved, || c.time_ns.is_valid(j).then(|| c.time_ns.value(j)));
-        }
-    }
-    if let Some(p) = hooks.progress {
-        p.fetch_add((stop - reported) as u64, Ordering::Relaxed);
+        at = end;
     }
     // The open bucket's last event is in this batch: its time, before the batch goes.
     if let Some(t) = st.timeline.as_mut() {
@@ -366,6 +268,173 @@ pub(crate) fn feed_rows<P: Policy + ?Sized>(
         }
     }
     !stopped
+}
+
+/// The batch [`feed_rows`] replays.
+struct Rows<'c, 'a> {
+    c: &'c Columns<'a>,
+    chunk_col: Option<&'a PrimitiveArray<UInt64Type>>,
+    /// The trace event of the batch's first row.
+    base: usize,
+    any_seed: bool,
+}
+
+/// Every value of `device` is `d` (a pass with no early exit, so that it vectorises).
+fn all_on(device: &[i32], d: i32) -> bool {
+    device.iter().fold(true, |all, &x| all & (x == d))
+}
+
+/// Replays the rows `run` of the batch. `PLAIN`: the rows are all on the replayed device and none is a
+/// seed, and no recorded address is offered (see [`feed_rows`]). The counters the loop bumps
+/// per event live in locals for the run (written back at its end), not behind `st`: the
+/// policy's calls in between would make the compiler store and reload them.
+#[inline(always)]
+fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
+    policy: &mut P,
+    st: &mut ReplayState,
+    rows: &Rows<'_, '_>,
+    run: std::ops::Range<usize>,
+    hooks: &mut Hooks<'_>,
+) {
+    let c = rows.c;
+    let device = st.device;
+    let (recorded_addresses, placements) = (!PLAIN && st.opts.recorded_addresses, st.opts.placements);
+    let mut events = st.events;
+    let (mut peak_reserved, mut peak_allocated) = (st.peak_reserved, st.peak_allocated);
+    let mut timeline = st.timeline.take();
+    // Only segment rows lack an id, and most runs have none: then no validity bit is read
+    // per free (a chain of three dependent loads through the null buffer).
+    let ids_valid = c.alloc_ids_valid(run.clone());
+    for j in run {
+        if !PLAIN && c.device[j] != device {
+            continue;
+        }
+        let seed = !PLAIN && rows.any_seed && c.seed.value(j);
+        let i = rows.base + j;
+        st.dev.event = i;
+        let code = c.action[j];
+        // The requests first, tested in the order a PyTorch trace needs them: an alloc or a
+        // free request, whose completion is (nearly always) the next row. Two compares that
+        // the branch predictor follows beat an indirect jump through a table.
+        if code == Action::Alloc as u8 {
+            events += 1;
+            let id = c.alloc_id[j];
+            // What the recorded run did is read for seeds and for `validate` only: no policy
+            // looks at it otherwise (two columns fewer to stream through per request).
+            let (recorded_addr, recorded_chunk) = if seed || recorded_addresses {
+                (c.addr.is_valid(j).then(|| c.addr.value(j)), rows.chunk_col.filter(|col| col.is_valid(j)).map(|col| col.value(j)))
+            } else {
+                (None, None)
+            };
+            let req = Request { event: i, id, size: c.size[j], stream: c.stream[j], pool: c.pool[j], recorded_addr, recorded_chunk };
+            let dev = &mut st.dev;
+            if recorded_addresses {
+                dev.set_hints(st.pending_hints.drain(..));
+                dev.request_hint = recorded_addr;
+            }
+            let res: Result<Placement, OutOfMemory> = if seed { policy.seed_alloc(&req, dev) } else { policy.malloc(&req, dev) };
+            // Only `validate` sets hints (the request's address, the device allocations
+            // recorded before it): otherwise there is nothing to clear.
+            if recorded_addresses {
+                dev.clear_hints();
+            }
+            match res {
+                Ok(p) => {
+                    if placements {
+                        st.placements.push(PlacementRow { event: i, id, placement: p });
+                    }
+                }
+                Err(oom) => {
+                    st.failed.insert(id);
+                    st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
+                }
+            }
+        } else if code == Action::FreeRequested as u8 {
+            events += 1;
+            let id = c.alloc_id[j];
+            if (ids_valid || c.alloc_id_valid(j)) && (st.failed.is_empty() || !st.failed.contains(&id)) {
+                policy.free_requested(id, &mut st.dev);
+            }
+        } else if code == Action::FreeCompleted as u8 {
+            events += 1;
+            let id = c.alloc_id[j];
+            if (ids_valid || c.alloc_id_valid(j)) && (st.failed.is_empty() || !st.failed.remove(&id)) {
+                policy.free_completed(id, &mut st.dev);
+            }
+        } else if other_row(policy, st, rows, j, seed) {
+            events += 1;
+        } else {
+            continue;
+        }
+        let s = policy.stats();
+        if s.reserved > peak_reserved {
+            peak_reserved = s.reserved;
+            hooks.peak_reserved_event = Some(i);
+        }
+        if s.allocated > peak_allocated {
+            peak_allocated = s.allocated;
+            hooks.peak_allocated_event = Some(i);
+        }
+        if let Some(t) = timeline.as_mut() {
+            t.push(i, s.allocated, s.reserved, || c.time_ns.is_valid(j).then(|| c.time_ns.value(j)));
+        }
+    }
+    st.events = events;
+    (st.peak_reserved, st.peak_allocated) = (peak_reserved, peak_allocated);
+    st.timeline = timeline;
+}
+
+/// A row of `replay_run` other than an alloc or a free (rare: out of line); returns whether it
+/// was a request (an event of the replay, with a timeline point).
+#[inline(never)]
+fn other_row<P: Policy + ?Sized>(policy: &mut P, st: &mut ReplayState, rows: &Rows<'_, '_>, j: usize, seed: bool) -> bool {
+    let c = rows.c;
+    let i = rows.base + j;
+    let dev = &mut st.dev;
+    match Action::from_code(c.action[j]) {
+        // c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: when no block
+        // could be found or made, even after freeing the cache and retrying, the allocator
+        // records TraceEntry::OOM with the request's (rounded) size and throws. The request
+        // is replayed: the policy must fail it too. One that serves it hands the block
+        // straight back, since the caller got an exception and holds nothing.
+        Some(Action::Oom) if !seed => {
+            let oom_id = st.oom_id;
+            let req = Request {
+                event: i,
+                id: oom_id,
+                size: c.size[j],
+                stream: c.stream[j],
+                pool: c.pool[j],
+                recorded_addr: None,
+                recorded_chunk: None,
+            };
+            dev.request_hint = None;
+            match policy.malloc(&req, dev) {
+                Ok(_) => {
+                    policy.free_requested(oom_id, dev);
+                    policy.free_completed(oom_id, dev);
+                }
+                Err(oom) => {
+                    st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
+                }
+            }
+            true
+        }
+        Some(Action::EmptyCache) => {
+            policy.empty_cache(dev);
+            true
+        }
+        Some(Action::SegmentAlloc | Action::SegmentMap) => {
+            if seed {
+                let addr = c.addr.value(j);
+                policy.seed_segment(addr, c.size[j], c.stream[j], c.pool[j], dev);
+            } else if st.opts.recorded_addresses && c.addr.is_valid(j) {
+                st.pending_hints.push((c.addr.value(j), c.size[j]));
+            }
+            false
+        }
+        _ => false,
+    }
 }
 
 /// How many of the rows in `rows` add a timeline point on `device` ([`is_timeline_request`]).
