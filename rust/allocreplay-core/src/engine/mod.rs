@@ -302,10 +302,14 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
     let mut events = st.events;
     let (mut peak_reserved, mut peak_allocated) = (st.peak_reserved, st.peak_allocated);
     let mut timeline = st.timeline.take();
+    let frees_at_request = PLAIN && policy.frees_at_request();
     // Only segment rows lack an id, and most runs have none: then no validity bit is read
     // per free (a chain of three dependent loads through the null buffer).
     let ids_valid = c.alloc_ids_valid(run.clone());
-    for j in run {
+    let (mut next, end) = (run.start, run.end);
+    while next < end {
+        let j = next;
+        next += 1;
         if !PLAIN && c.device[j] != device {
             continue;
         }
@@ -313,6 +317,7 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
         let i = rows.base + j;
         st.dev.event = i;
         let code = c.action[j];
+        let mut completed_next = false;
         // The requests first, tested in the order a PyTorch trace needs them: an alloc or a
         // free request, whose completion is (nearly always) the next row. Two compares that
         // the branch predictor follows beat an indirect jump through a table.
@@ -354,6 +359,15 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
             let id = c.alloc_id[j];
             if (ids_valid || c.alloc_id_valid(j)) && (st.failed.is_empty() || !st.failed.contains(&id)) {
                 policy.free_requested(id, &mut st.dev);
+                // A PyTorch trace completes (nearly) every free on the next row. For a policy
+                // that frees at the request, that completion changes nothing: its call, and
+                // the peaks' checks (the stats are the same), are skipped below.
+                completed_next = frees_at_request
+                    && st.failed.is_empty()
+                    && next < end
+                    && c.action[next] == Action::FreeCompleted as u8
+                    && c.alloc_id[next] == id
+                    && (ids_valid || c.alloc_id_valid(next));
             }
         } else if code == Action::FreeCompleted as u8 {
             events += 1;
@@ -377,6 +391,15 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
         }
         if let Some(t) = timeline.as_mut() {
             t.push(i, s.allocated, s.reserved, || c.time_ns.is_valid(j).then(|| c.time_ns.value(j)));
+        }
+        if completed_next {
+            // The next row, the free's completion (see above): an event with the same stats.
+            let k = next;
+            events += 1;
+            if let Some(t) = timeline.as_mut() {
+                t.push(i + 1, s.allocated, s.reserved, || c.time_ns.is_valid(k).then(|| c.time_ns.value(k)));
+            }
+            next += 1;
         }
     }
     st.events = events;
@@ -549,6 +572,113 @@ pub fn downsample(points: Vec<TimelinePoint>, max_points: usize) -> Vec<Timeline
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::device::DeviceMemory;
+    use crate::policy::{cuda_malloc::CudaMalloc, managed, PolicyContext};
+    use crate::trace::{DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
+
+    /// A policy with [`Policy::frees_at_request`] off: every completion goes through the policy.
+    struct Unskipped(Box<dyn Policy>);
+
+    impl Policy for Unskipped {
+        fn name(&self) -> String {
+            self.0.name()
+        }
+        fn malloc(&mut self, req: &Request, device: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+            self.0.malloc(req, device)
+        }
+        fn free_requested(&mut self, id: u64, device: &mut DeviceMemory) {
+            self.0.free_requested(id, device)
+        }
+        fn free_completed(&mut self, id: u64, device: &mut DeviceMemory) {
+            self.0.free_completed(id, device)
+        }
+        fn stats(&self) -> &Stats {
+            self.0.stats()
+        }
+        fn segments(&self) -> Vec<SegmentInfo> {
+            self.0.segments()
+        }
+    }
+
+    /// A random trace of one device: allocs, frees completed on the next row or later, the
+    /// odd completion with no request and rows of a second device in between.
+    fn random_trace(seed: u64, two_devices: bool) -> Trace {
+        let mut rng = crate::test_rng::XorShift64::new(seed);
+        let mut b = TraceBuilder::with_capacity(4096);
+        let (mut live, mut next_id, mut pending) = (Vec::new(), 0u64, Vec::new());
+        for t in 0..3000i64 {
+            let x = rng.next_u64();
+            let mut row = |action, id: u64, size| {
+                let mut r = EventRow::new(action, size);
+                r.alloc_id = Some(id);
+                r.time_ns = (t % 5 != 0).then_some(t);
+                r.device = i32::from(two_devices && x.is_multiple_of(13));
+                b.push(&r);
+            };
+            match x % 10 {
+                0..=4 => {
+                    let size = if x.is_multiple_of(31) { 3 << 20 } else { 1 + (x >> 16) % 300_000 };
+                    row(Action::Alloc, next_id, size);
+                    live.push((next_id, size));
+                    next_id += 1;
+                }
+                5..=7 if !live.is_empty() => {
+                    let (id, size) = live.swap_remove((x >> 8) as usize % live.len());
+                    row(Action::FreeRequested, id, size);
+                    if x.is_multiple_of(7) {
+                        pending.push((id, size));
+                    } else {
+                        row(Action::FreeCompleted, id, size);
+                    }
+                }
+                _ => {
+                    if let Some((id, size)) = pending.pop() {
+                        row(Action::FreeCompleted, id, size);
+                    } else if let Some((id, size)) = live.pop() {
+                        // A completion with no request before it.
+                        row(Action::FreeCompleted, id, size);
+                    }
+                }
+            }
+        }
+        let mut md = TraceMetadata::new("test");
+        md.devices = vec![DeviceInfo { index: 0, ..Default::default() }, DeviceInfo { index: 1, ..Default::default() }];
+        b.finish(md, FrameTable::default()).unwrap()
+    }
+
+    /// The completions that the engine skips for a policy that frees at the request leave the
+    /// replay as it was: events, stats, peaks (and their events), timeline, first OOM.
+    #[test]
+    fn skipped_completions_change_nothing() {
+        let meta = TraceMetadata::new("test");
+        let ctx = PolicyContext { metadata: &meta, device: None, capacity: None };
+        let build = |name: &str| -> Box<dyn Policy> {
+            match name {
+                "cuda-malloc" => Box::new(CudaMalloc::new()),
+                _ => managed::from_spec("", &ctx).unwrap(),
+            }
+        };
+        for seed in 1..6u64 {
+            for two_devices in [false, true] {
+                let trace = random_trace(seed * 0x9E37_79B9, two_devices);
+                for name in ["cuda-malloc", "managed"] {
+                    for (capacity, timeline) in [(None, Some(0)), (Some(24 << 20), Some(0)), (None, Some(7)), (Some(16 << 20), None)] {
+                        let opts = ReplayOptions { capacity, timeline, ..Default::default() };
+                        let replay = |p: &mut dyn Policy| {
+                            let mut hooks = Hooks::default();
+                            let r = replay_device_hooked(&trace, 0, p, &opts, &mut hooks);
+                            (r.events, r.stats, r.first_oom, r.timeline, r.segments, hooks.peak_reserved_event, hooks.peak_allocated_event)
+                        };
+                        let mut fast = build(name);
+                        assert!(fast.frees_at_request());
+                        let a = replay(fast.as_mut());
+                        let b = replay(&mut Unskipped(build(name)));
+                        assert_eq!(a, b, "{name} seed {seed} two devices {two_devices} capacity {capacity:?} timeline {timeline:?}");
+                    }
+                }
+            }
+        }
+    }
 
     /// Downsampling as the points arrive gives what downsampling the whole timeline gives.
     #[test]
