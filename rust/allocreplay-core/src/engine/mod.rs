@@ -306,7 +306,12 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
     // Only segment rows lack an id, and most runs have none: then no validity bit is read
     // per free (a chain of three dependent loads through the null buffer).
     let ids_valid = c.alloc_ids_valid(run.clone());
-    let (mut next, end) = (run.start, run.end);
+    // The columns in locals, all cut to one length: the policy's calls cannot change locals,
+    // so the compiler keeps them, and `end` as the one bound, instead of reloading each
+    // column through `c` and checking each index against its own length.
+    let n = c.action.len();
+    let (action, alloc_id, size, stream, pool) = (&c.action[..n], &c.alloc_id[..n], &c.size[..n], &c.stream[..n], &c.pool[..n]);
+    let (mut next, end) = (run.start, run.end.min(n));
     while next < end {
         let j = next;
         next += 1;
@@ -316,14 +321,14 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
         let seed = !PLAIN && rows.any_seed && c.seed.value(j);
         let i = rows.base + j;
         st.dev.event = i;
-        let code = c.action[j];
+        let code = action[j];
         let mut completed_next = false;
         // The requests first, tested in the order a PyTorch trace needs them: an alloc or a
         // free request, whose completion is (nearly always) the next row. Two compares that
         // the branch predictor follows beat an indirect jump through a table.
         if code == Action::Alloc as u8 {
             events += 1;
-            let id = c.alloc_id[j];
+            let id = alloc_id[j];
             // What the recorded run did is read for seeds and for `validate` only: no policy
             // looks at it otherwise (two columns fewer to stream through per request).
             let (recorded_addr, recorded_chunk) = if seed || recorded_addresses {
@@ -331,7 +336,7 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
             } else {
                 (None, None)
             };
-            let req = Request { event: i, id, size: c.size[j], stream: c.stream[j], pool: c.pool[j], recorded_addr, recorded_chunk };
+            let req = Request { event: i, id, size: size[j], stream: stream[j], pool: pool[j], recorded_addr, recorded_chunk };
             let dev = &mut st.dev;
             if recorded_addresses {
                 dev.set_hints(st.pending_hints.drain(..));
@@ -356,7 +361,7 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
             }
         } else if code == Action::FreeRequested as u8 {
             events += 1;
-            let id = c.alloc_id[j];
+            let id = alloc_id[j];
             if (ids_valid || c.alloc_id_valid(j)) && (st.failed.is_empty() || !st.failed.contains(&id)) {
                 policy.free_requested(id, &mut st.dev);
                 // A PyTorch trace completes (nearly) every free on the next row. For a policy
@@ -365,13 +370,13 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
                 completed_next = frees_at_request
                     && st.failed.is_empty()
                     && next < end
-                    && c.action[next] == Action::FreeCompleted as u8
-                    && c.alloc_id[next] == id
+                    && action[next] == Action::FreeCompleted as u8
+                    && alloc_id[next] == id
                     && (ids_valid || c.alloc_id_valid(next));
             }
         } else if code == Action::FreeCompleted as u8 {
             events += 1;
-            let id = c.alloc_id[j];
+            let id = alloc_id[j];
             if (ids_valid || c.alloc_id_valid(j)) && (st.failed.is_empty() || !st.failed.remove(&id)) {
                 policy.free_completed(id, &mut st.dev);
             }
@@ -464,15 +469,13 @@ fn other_row<P: Policy + ?Sized>(policy: &mut P, st: &mut ReplayState, rows: &Ro
 pub fn count_timeline_requests(c: &Columns<'_>, device: i32, rows: std::ops::Range<usize>) -> usize {
     let (last_request, oom) = (Action::FreeCompleted as u8, Action::Oom as u8);
     debug_assert!(Action::Alloc as u8 == 0 && Action::FreeRequested as u8 == 1);
-    // One branch-free pass (allocs and frees are codes 0-2); recorded OOMs, rare, are counted
-    // again with their seed bit only when there are any.
-    let (mut requests, mut any_oom) = (0usize, false);
-    for i in rows.clone() {
-        let (on, a) = (c.device[i] == device, c.action[i]);
-        requests += usize::from(on & (a <= last_request));
-        any_oom |= on & (a == oom);
-    }
-    if any_oom {
+    let (devices, actions) = (&c.device[rows.clone()], &c.action[rows.clone()]);
+    // One branch-free pass (allocs and frees are codes 0-2) over zipped slices (no bound to
+    // check per row) with nothing but the count carried from row to row, so that it
+    // vectorises. Recorded OOMs, rare, are found by memchr and counted with their device and
+    // seed bit only when there are any.
+    let mut requests: usize = devices.iter().zip(actions).map(|(&d, &a)| usize::from((d == device) & (a <= last_request))).sum();
+    if actions.contains(&oom) {
         requests += rows.filter(|&i| c.action[i] == oom && c.device[i] == device && !c.seed.value(i)).count();
     }
     requests
