@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt64Type;
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, PrimitiveArray, RecordBatch};
 
 use crate::policy::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::trace::{Action, Columns, Trace};
@@ -230,134 +230,36 @@ pub(crate) fn feed_rows<P: Policy + ?Sized>(
     hooks: &mut Hooks<'_>,
 ) -> bool {
     let c = Columns::of(batch);
-    let chunk_col = batch.column_by_name("chunk_bytes").and_then(|col| col.as_primitive_opt::<UInt64Type>());
     let n = batch.num_rows();
     let (stop, stopped) = match hooks.stop_after {
         Some(s) if s < base + n => ((s + 1).saturating_sub(base), true),
         _ => (n, false),
     };
-    let device = st.device;
-    let opts = &st.opts;
-    let dev = &mut st.dev;
-    // Most traces have no seed rows: then the seed bit is not read row by row.
-    let any_seed = c.seed.true_count() > 0;
-    let mut reported = 0usize;
-    for j in 0..stop {
-        if j - reported == PROGRESS_EVERY {
-            if let Some(p) = hooks.progress {
-                p.fetch_add(PROGRESS_EVERY as u64, Ordering::Relaxed);
-            }
-            reported = j;
+    let rows = Rows {
+        c: &c,
+        chunk_col: batch.column_by_name("chunk_bytes").and_then(|col| col.as_primitive_opt::<UInt64Type>()),
+        base,
+        // Most traces have no seed rows: then the seed bit is not read row by row.
+        any_seed: c.seed.true_count() > 0,
+    };
+    // The rows go in runs of PROGRESS_EVERY, the progress hook bumped after each: no count
+    // to check per row.
+    let mut at = 0;
+    while at < stop {
+        let end = stop.min(at + PROGRESS_EVERY);
+        // A run whose rows are all on this device, with no seed and no recorded addresses to
+        // offer (every replay but `validate` of a one-device trace without seeds), goes
+        // through a copy of the loop that reads neither the device column nor the seed bits.
+        // The check reads the run's device column once (it is in cache for the loop after).
+        if !rows.any_seed && !st.opts.recorded_addresses && all_on(&c.device[at..end], st.device) {
+            replay_run::<P, true>(policy, st, &rows, at..end, hooks);
+        } else {
+            replay_run::<P, false>(policy, st, &rows, at..end, hooks);
         }
-        if c.device[j] != device {
-            continue;
+        if let Some(p) = hooks.progress {
+            p.fetch_add((end - at) as u64, Ordering::Relaxed);
         }
-        let Some(action) = Action::from_code(c.action[j]) else { continue };
-        let seed = any_seed && c.seed.value(j);
-        let i = base + j;
-        dev.event = i;
-        match action {
-            Action::Alloc => {
-                st.events += 1;
-                let id = c.alloc_id[j];
-                // What the recorded run did is read for seeds and for `validate` only: no policy
-                // looks at it otherwise (two columns fewer to stream through per request).
-                let (recorded_addr, recorded_chunk) = if seed || opts.recorded_addresses {
-                    (c.addr.is_valid(j).then(|| c.addr.value(j)), chunk_col.filter(|col| col.is_valid(j)).map(|col| col.value(j)))
-                } else {
-                    (None, None)
-                };
-                let req = Request { event: i, id, size: c.size[j], stream: c.stream[j], pool: c.pool[j], recorded_addr, recorded_chunk };
-                if opts.recorded_addresses {
-                    dev.set_hints(st.pending_hints.drain(..));
-                    dev.request_hint = recorded_addr;
-                }
-                let res: Result<Placement, OutOfMemory> = if seed { policy.seed_alloc(&req, dev) } else { policy.malloc(&req, dev) };
-                dev.clear_hints();
-                match res {
-                    Ok(p) => {
-                        if opts.placements {
-                            st.placements.push(PlacementRow { event: i, id, placement: p });
-                        }
-                    }
-                    Err(oom) => {
-                        st.failed.insert(id);
-                        st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
-                    }
-                }
-            }
-            Action::FreeRequested => {
-                st.events += 1;
-                let id = c.alloc_id[j];
-                if c.alloc_id_valid(j) && (st.failed.is_empty() || !st.failed.contains(&id)) {
-                    policy.free_requested(id, dev);
-                }
-            }
-            Action::FreeCompleted => {
-                st.events += 1;
-                let id = c.alloc_id[j];
-                if c.alloc_id_valid(j) && (st.failed.is_empty() || !st.failed.remove(&id)) {
-                    policy.free_completed(id, dev);
-                }
-            }
-            // c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: when no block
-            // could be found or made, even after freeing the cache and retrying, the allocator
-            // records TraceEntry::OOM with the request's (rounded) size and throws. The request
-            // is replayed: the policy must fail it too. One that serves it hands the block
-            // straight back, since the caller got an exception and holds nothing.
-            Action::Oom if !seed => {
-                st.events += 1;
-                let oom_id = st.oom_id;
-                let req = Request {
-                    event: i,
-                    id: oom_id,
-                    size: c.size[j],
-                    stream: c.stream[j],
-                    pool: c.pool[j],
-                    recorded_addr: None,
-                    recorded_chunk: None,
-                };
-                dev.request_hint = None;
-                match policy.malloc(&req, dev) {
-                    Ok(_) => {
-                        policy.free_requested(oom_id, dev);
-                        policy.free_completed(oom_id, dev);
-                    }
-                    Err(oom) => {
-                        st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
-                    }
-                }
-            }
-            Action::EmptyCache => {
-                st.events += 1;
-                policy.empty_cache(dev);
-            }
-            Action::SegmentAlloc | Action::SegmentMap => {
-                if seed {
-                    let addr = c.addr.value(j);
-                    policy.seed_segment(addr, c.size[j], c.stream[j], c.pool[j], dev);
-                } else if opts.recorded_addresses && c.addr.is_valid(j) {
-                    st.pending_hints.push((c.addr.value(j), c.size[j]));
-                }
-                continue;
-            }
-            _ => continue,
-        }
-        let s = policy.stats();
-        if s.reserved > st.peak_reserved {
-            st.peak_reserved = s.reserved;
-            hooks.peak_reserved_event = Some(i);
-        }
-        if s.allocated > st.peak_allocated {
-            st.peak_allocated = s.allocated;
-            hooks.peak_allocated_event = Some(i);
-        }
-        if let Some(t) = st.timeline.as_mut() {
-            t.push(i, s.allocated, s.reserved, || c.time_ns.is_valid(j).then(|| c.time_ns.value(j)));
-        }
-    }
-    if let Some(p) = hooks.progress {
-        p.fetch_add((stop - reported) as u64, Ordering::Relaxed);
+        at = end;
     }
     // The open bucket's last event is in this batch: its time, before the batch goes.
     if let Some(t) = st.timeline.as_mut() {
@@ -368,19 +270,212 @@ pub(crate) fn feed_rows<P: Policy + ?Sized>(
     !stopped
 }
 
+/// The batch [`feed_rows`] replays.
+struct Rows<'c, 'a> {
+    c: &'c Columns<'a>,
+    chunk_col: Option<&'a PrimitiveArray<UInt64Type>>,
+    /// The trace event of the batch's first row.
+    base: usize,
+    any_seed: bool,
+}
+
+/// Every value of `device` is `d` (a pass with no early exit, so that it vectorises).
+fn all_on(device: &[i32], d: i32) -> bool {
+    device.iter().fold(true, |all, &x| all & (x == d))
+}
+
+/// Replays the rows `run` of the batch. `PLAIN`: the rows are all on the replayed device and none is a
+/// seed, and no recorded address is offered (see [`feed_rows`]). The counters the loop bumps
+/// per event live in locals for the run (written back at its end), not behind `st`: the
+/// policy's calls in between would make the compiler store and reload them.
+#[inline(always)]
+fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
+    policy: &mut P,
+    st: &mut ReplayState,
+    rows: &Rows<'_, '_>,
+    run: std::ops::Range<usize>,
+    hooks: &mut Hooks<'_>,
+) {
+    let c = rows.c;
+    let device = st.device;
+    let (recorded_addresses, placements) = (!PLAIN && st.opts.recorded_addresses, st.opts.placements);
+    let mut events = st.events;
+    let (mut peak_reserved, mut peak_allocated) = (st.peak_reserved, st.peak_allocated);
+    let mut timeline = st.timeline.take();
+    let frees_at_request = PLAIN && policy.frees_at_request();
+    // Only segment rows lack an id, and most runs have none: then no validity bit is read
+    // per free (a chain of three dependent loads through the null buffer).
+    let ids_valid = c.alloc_ids_valid(run.clone());
+    // The columns in locals, all cut to one length: the policy's calls cannot change locals,
+    // so the compiler keeps them, and `end` as the one bound, instead of reloading each
+    // column through `c` and checking each index against its own length.
+    let n = c.action.len();
+    let (action, alloc_id, size, stream, pool) = (&c.action[..n], &c.alloc_id[..n], &c.size[..n], &c.stream[..n], &c.pool[..n]);
+    let (mut next, end) = (run.start, run.end.min(n));
+    while next < end {
+        let j = next;
+        next += 1;
+        if !PLAIN && c.device[j] != device {
+            continue;
+        }
+        let seed = !PLAIN && rows.any_seed && c.seed.value(j);
+        let i = rows.base + j;
+        st.dev.event = i;
+        let code = action[j];
+        let mut completed_next = false;
+        // The requests first, tested in the order a PyTorch trace needs them: an alloc or a
+        // free request, whose completion is (nearly always) the next row. Two compares that
+        // the branch predictor follows beat an indirect jump through a table.
+        if code == Action::Alloc as u8 {
+            events += 1;
+            let id = alloc_id[j];
+            // What the recorded run did is read for seeds and for `validate` only: no policy
+            // looks at it otherwise (two columns fewer to stream through per request).
+            let (recorded_addr, recorded_chunk) = if seed || recorded_addresses {
+                (c.addr.is_valid(j).then(|| c.addr.value(j)), rows.chunk_col.filter(|col| col.is_valid(j)).map(|col| col.value(j)))
+            } else {
+                (None, None)
+            };
+            let req = Request { event: i, id, size: size[j], stream: stream[j], pool: pool[j], recorded_addr, recorded_chunk };
+            let dev = &mut st.dev;
+            if recorded_addresses {
+                dev.set_hints(st.pending_hints.drain(..));
+                dev.request_hint = recorded_addr;
+            }
+            let res: Result<Placement, OutOfMemory> = if seed { policy.seed_alloc(&req, dev) } else { policy.malloc(&req, dev) };
+            // Only `validate` sets hints (the request's address, the device allocations
+            // recorded before it): otherwise there is nothing to clear.
+            if recorded_addresses {
+                dev.clear_hints();
+            }
+            match res {
+                Ok(p) => {
+                    if placements {
+                        st.placements.push(PlacementRow { event: i, id, placement: p });
+                    }
+                }
+                Err(oom) => {
+                    st.failed.insert(id);
+                    st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
+                }
+            }
+        } else if code == Action::FreeRequested as u8 {
+            events += 1;
+            let id = alloc_id[j];
+            if (ids_valid || c.alloc_id_valid(j)) && (st.failed.is_empty() || !st.failed.contains(&id)) {
+                policy.free_requested(id, &mut st.dev);
+                // A PyTorch trace completes (nearly) every free on the next row. For a policy
+                // that frees at the request, that completion changes nothing: its call, and
+                // the peaks' checks (the stats are the same), are skipped below.
+                completed_next = frees_at_request
+                    && st.failed.is_empty()
+                    && next < end
+                    && action[next] == Action::FreeCompleted as u8
+                    && alloc_id[next] == id
+                    && (ids_valid || c.alloc_id_valid(next));
+            }
+        } else if code == Action::FreeCompleted as u8 {
+            events += 1;
+            let id = alloc_id[j];
+            if (ids_valid || c.alloc_id_valid(j)) && (st.failed.is_empty() || !st.failed.remove(&id)) {
+                policy.free_completed(id, &mut st.dev);
+            }
+        } else if other_row(policy, st, rows, j, seed) {
+            events += 1;
+        } else {
+            continue;
+        }
+        let s = policy.stats();
+        if s.reserved > peak_reserved {
+            peak_reserved = s.reserved;
+            hooks.peak_reserved_event = Some(i);
+        }
+        if s.allocated > peak_allocated {
+            peak_allocated = s.allocated;
+            hooks.peak_allocated_event = Some(i);
+        }
+        if let Some(t) = timeline.as_mut() {
+            t.push(i, s.allocated, s.reserved, || c.time_ns.is_valid(j).then(|| c.time_ns.value(j)));
+        }
+        if completed_next {
+            // The next row, the free's completion (see above): an event with the same stats.
+            let k = next;
+            events += 1;
+            if let Some(t) = timeline.as_mut() {
+                t.push(i + 1, s.allocated, s.reserved, || c.time_ns.is_valid(k).then(|| c.time_ns.value(k)));
+            }
+            next += 1;
+        }
+    }
+    st.events = events;
+    (st.peak_reserved, st.peak_allocated) = (peak_reserved, peak_allocated);
+    st.timeline = timeline;
+}
+
+/// A row of `replay_run` other than an alloc or a free (rare: out of line); returns whether it
+/// was a request (an event of the replay, with a timeline point).
+#[inline(never)]
+fn other_row<P: Policy + ?Sized>(policy: &mut P, st: &mut ReplayState, rows: &Rows<'_, '_>, j: usize, seed: bool) -> bool {
+    let c = rows.c;
+    let i = rows.base + j;
+    let dev = &mut st.dev;
+    match Action::from_code(c.action[j]) {
+        // c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc: when no block
+        // could be found or made, even after freeing the cache and retrying, the allocator
+        // records TraceEntry::OOM with the request's (rounded) size and throws. The request
+        // is replayed: the policy must fail it too. One that serves it hands the block
+        // straight back, since the caller got an exception and holds nothing.
+        Some(Action::Oom) if !seed => {
+            let oom_id = st.oom_id;
+            let req = Request {
+                event: i,
+                id: oom_id,
+                size: c.size[j],
+                stream: c.stream[j],
+                pool: c.pool[j],
+                recorded_addr: None,
+                recorded_chunk: None,
+            };
+            dev.request_hint = None;
+            match policy.malloc(&req, dev) {
+                Ok(_) => {
+                    policy.free_requested(oom_id, dev);
+                    policy.free_completed(oom_id, dev);
+                }
+                Err(oom) => {
+                    st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
+                }
+            }
+            true
+        }
+        Some(Action::EmptyCache) => {
+            policy.empty_cache(dev);
+            true
+        }
+        Some(Action::SegmentAlloc | Action::SegmentMap) => {
+            if seed {
+                let addr = c.addr.value(j);
+                policy.seed_segment(addr, c.size[j], c.stream[j], c.pool[j], dev);
+            } else if st.opts.recorded_addresses && c.addr.is_valid(j) {
+                st.pending_hints.push((c.addr.value(j), c.size[j]));
+            }
+            false
+        }
+        _ => false,
+    }
+}
+
 /// How many of the rows in `rows` add a timeline point on `device` ([`is_timeline_request`]).
 pub fn count_timeline_requests(c: &Columns<'_>, device: i32, rows: std::ops::Range<usize>) -> usize {
     let (last_request, oom) = (Action::FreeCompleted as u8, Action::Oom as u8);
     debug_assert!(Action::Alloc as u8 == 0 && Action::FreeRequested as u8 == 1);
-    // One branch-free pass (allocs and frees are codes 0-2); recorded OOMs, rare, are counted
-    // again with their seed bit only when there are any.
-    let (mut requests, mut any_oom) = (0usize, false);
-    for i in rows.clone() {
-        let (on, a) = (c.device[i] == device, c.action[i]);
-        requests += usize::from(on & (a <= last_request));
-        any_oom |= on & (a == oom);
-    }
-    if any_oom {
+    let (devices, actions) = (&c.device[rows.clone()], &c.action[rows.clone()]);
+    // One branch-free pass (allocs and frees are codes 0-2) over zipped slices (no bound to
+    // check per row) with nothing but the count carried from row to row, so that it
+    // vectorises. Recorded OOMs, rare, are found by memchr and counted with their device and
+    // seed bit only when there are any.
+    let mut requests: usize = devices.iter().zip(actions).map(|(&d, &a)| usize::from((d == device) & (a <= last_request))).sum();
+    if actions.contains(&oom) {
         requests += rows.filter(|&i| c.action[i] == oom && c.device[i] == device && !c.seed.value(i)).count();
     }
     requests
@@ -480,6 +575,113 @@ pub fn downsample(points: Vec<TimelinePoint>, max_points: usize) -> Vec<Timeline
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::device::DeviceMemory;
+    use crate::policy::{cuda_malloc::CudaMalloc, managed, PolicyContext};
+    use crate::trace::{DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
+
+    /// A policy with [`Policy::frees_at_request`] off: every completion goes through the policy.
+    struct Unskipped(Box<dyn Policy>);
+
+    impl Policy for Unskipped {
+        fn name(&self) -> String {
+            self.0.name()
+        }
+        fn malloc(&mut self, req: &Request, device: &mut DeviceMemory) -> Result<Placement, OutOfMemory> {
+            self.0.malloc(req, device)
+        }
+        fn free_requested(&mut self, id: u64, device: &mut DeviceMemory) {
+            self.0.free_requested(id, device)
+        }
+        fn free_completed(&mut self, id: u64, device: &mut DeviceMemory) {
+            self.0.free_completed(id, device)
+        }
+        fn stats(&self) -> &Stats {
+            self.0.stats()
+        }
+        fn segments(&self) -> Vec<SegmentInfo> {
+            self.0.segments()
+        }
+    }
+
+    /// A random trace of one device: allocs, frees completed on the next row or later, the
+    /// odd completion with no request and rows of a second device in between.
+    fn random_trace(seed: u64, two_devices: bool) -> Trace {
+        let mut rng = crate::test_rng::XorShift64::new(seed);
+        let mut b = TraceBuilder::with_capacity(4096);
+        let (mut live, mut next_id, mut pending) = (Vec::new(), 0u64, Vec::new());
+        for t in 0..3000i64 {
+            let x = rng.next_u64();
+            let mut row = |action, id: u64, size| {
+                let mut r = EventRow::new(action, size);
+                r.alloc_id = Some(id);
+                r.time_ns = (t % 5 != 0).then_some(t);
+                r.device = i32::from(two_devices && x.is_multiple_of(13));
+                b.push(&r);
+            };
+            match x % 10 {
+                0..=4 => {
+                    let size = if x.is_multiple_of(31) { 3 << 20 } else { 1 + (x >> 16) % 300_000 };
+                    row(Action::Alloc, next_id, size);
+                    live.push((next_id, size));
+                    next_id += 1;
+                }
+                5..=7 if !live.is_empty() => {
+                    let (id, size) = live.swap_remove((x >> 8) as usize % live.len());
+                    row(Action::FreeRequested, id, size);
+                    if x.is_multiple_of(7) {
+                        pending.push((id, size));
+                    } else {
+                        row(Action::FreeCompleted, id, size);
+                    }
+                }
+                _ => {
+                    if let Some((id, size)) = pending.pop() {
+                        row(Action::FreeCompleted, id, size);
+                    } else if let Some((id, size)) = live.pop() {
+                        // A completion with no request before it.
+                        row(Action::FreeCompleted, id, size);
+                    }
+                }
+            }
+        }
+        let mut md = TraceMetadata::new("test");
+        md.devices = vec![DeviceInfo { index: 0, ..Default::default() }, DeviceInfo { index: 1, ..Default::default() }];
+        b.finish(md, FrameTable::default()).unwrap()
+    }
+
+    /// The completions that the engine skips for a policy that frees at the request leave the
+    /// replay as it was: events, stats, peaks (and their events), timeline, first OOM.
+    #[test]
+    fn skipped_completions_change_nothing() {
+        let meta = TraceMetadata::new("test");
+        let ctx = PolicyContext { metadata: &meta, device: None, capacity: None };
+        let build = |name: &str| -> Box<dyn Policy> {
+            match name {
+                "cuda-malloc" => Box::new(CudaMalloc::new()),
+                _ => managed::from_spec("", &ctx).unwrap(),
+            }
+        };
+        for seed in 1..6u64 {
+            for two_devices in [false, true] {
+                let trace = random_trace(seed * 0x9E37_79B9, two_devices);
+                for name in ["cuda-malloc", "managed"] {
+                    for (capacity, timeline) in [(None, Some(0)), (Some(24 << 20), Some(0)), (None, Some(7)), (Some(16 << 20), None)] {
+                        let opts = ReplayOptions { capacity, timeline, ..Default::default() };
+                        let replay = |p: &mut dyn Policy| {
+                            let mut hooks = Hooks::default();
+                            let r = replay_device_hooked(&trace, 0, p, &opts, &mut hooks);
+                            (r.events, r.stats, r.first_oom, r.timeline, r.segments, hooks.peak_reserved_event, hooks.peak_allocated_event)
+                        };
+                        let mut fast = build(name);
+                        assert!(fast.frees_at_request());
+                        let a = replay(fast.as_mut());
+                        let b = replay(&mut Unskipped(build(name)));
+                        assert_eq!(a, b, "{name} seed {seed} two devices {two_devices} capacity {capacity:?} timeline {timeline:?}");
+                    }
+                }
+            }
+        }
+    }
 
     /// Downsampling as the points arrive gives what downsampling the whole timeline gives.
     #[test]

@@ -302,6 +302,11 @@ impl Policy for Managed {
         self.release(id, device);
     }
 
+    /// `release` took the allocation out at the request: its completion finds nothing.
+    fn frees_at_request(&self) -> bool {
+        true
+    }
+
     fn stats(&self) -> &Stats {
         &self.stats
     }

@@ -121,6 +121,13 @@ pub trait Policy {
     /// The allocator takes the memory back (merges, caches or returns it).
     fn free_completed(&mut self, id: u64, device: &mut DeviceMemory);
 
+    /// Whether `free_requested` does all that freeing does (a `cudaFree` at the request), so
+    /// that a `free_completed` of an id right after its `free_requested` changes nothing: the
+    /// engine then skips that call.
+    fn frees_at_request(&self) -> bool {
+        false
+    }
+
     /// Places an allocation that was live before the recorded history began (a seed of a
     /// truncated trace) at its recorded address when the policy can; by default it is served
     /// like any request.

@@ -75,6 +75,11 @@ impl<'a> Columns<'a> {
     pub fn alloc_id_valid(&self, i: usize) -> bool {
         self.alloc_id_nulls.is_none_or(|n| n.is_valid(i))
     }
+
+    /// Every row in `rows` has an `alloc_id` (a count over the validity bits, 64 rows a word).
+    pub fn alloc_ids_valid(&self, rows: std::ops::Range<usize>) -> bool {
+        self.alloc_id_nulls.is_none_or(|n| n.inner().slice(rows.start, rows.len()).count_set_bits() == rows.len())
+    }
 }
 
 impl Trace {
