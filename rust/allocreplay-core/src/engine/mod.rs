@@ -302,7 +302,6 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
     let mut events = st.events;
     let (mut peak_reserved, mut peak_allocated) = (st.peak_reserved, st.peak_allocated);
     let mut timeline = st.timeline.take();
-    let frees_at_request = PLAIN && policy.frees_at_request();
     // Only segment rows lack an id, and most runs have none: then no validity bit is read
     // per free (a chain of three dependent loads through the null buffer).
     let ids_valid = c.alloc_ids_valid(run.clone());
@@ -363,16 +362,19 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
             events += 1;
             let id = alloc_id[j];
             if (ids_valid || c.alloc_id_valid(j)) && (st.failed.is_empty() || !st.failed.contains(&id)) {
-                policy.free_requested(id, &mut st.dev);
-                // A PyTorch trace completes (nearly) every free on the next row. For a policy
-                // that frees at the request, that completion changes nothing: its call, and
-                // the peaks' checks (the stats are the same), are skipped below.
-                completed_next = frees_at_request
+                // A PyTorch trace completes (nearly) every free on the next row: a policy that
+                // can do both at once does (`Policy::free_at_once`), and the completion's row
+                // is then an event with the same stats, below.
+                let completes_next = PLAIN
                     && st.failed.is_empty()
                     && next < end
                     && action[next] == Action::FreeCompleted as u8
                     && alloc_id[next] == id
                     && (ids_valid || c.alloc_id_valid(next));
+                completed_next = completes_next && policy.free_at_once(id, &mut st.dev);
+                if !completed_next {
+                    policy.free_requested(id, &mut st.dev);
+                }
             }
         } else if code == Action::FreeCompleted as u8 {
             events += 1;
@@ -579,7 +581,8 @@ mod tests {
     use crate::policy::{cuda_malloc::CudaMalloc, managed, PolicyContext};
     use crate::trace::{DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
 
-    /// A policy with [`Policy::frees_at_request`] off: every completion goes through the policy.
+    /// A policy with [`Policy::free_at_once`] off: every free request and completion goes
+    /// through the policy's own call.
     struct Unskipped(Box<dyn Policy>);
 
     impl Policy for Unskipped {
@@ -649,22 +652,24 @@ mod tests {
         b.finish(md, FrameTable::default()).unwrap()
     }
 
-    /// The completions that the engine skips for a policy that frees at the request leave the
-    /// replay as it was: events, stats, peaks (and their events), timeline, first OOM.
+    /// Frees that the engine hands a policy as one call (`Policy::free_at_once`) leave the
+    /// replay as it was: events, stats, peaks (and their events), timeline, segments, first
+    /// OOM.
     #[test]
-    fn skipped_completions_change_nothing() {
+    fn frees_at_once_change_nothing() {
         let meta = TraceMetadata::new("test");
         let ctx = PolicyContext { metadata: &meta, device: None, capacity: None };
         let build = |name: &str| -> Box<dyn Policy> {
             match name {
                 "cuda-malloc" => Box::new(CudaMalloc::new()),
-                _ => managed::from_spec("", &ctx).unwrap(),
+                "managed" => managed::from_spec("", &ctx).unwrap(),
+                spec => crate::policy::build(spec, &ctx).unwrap(),
             }
         };
         for seed in 1..6u64 {
             for two_devices in [false, true] {
                 let trace = random_trace(seed * 0x9E37_79B9, two_devices);
-                for name in ["cuda-malloc", "managed"] {
+                for name in ["cuda-malloc", "managed", "pytorch", "pytorch:expandable_segments:True", "pytorch:max_split_size_mb:21"] {
                     for (capacity, timeline) in [(None, Some(0)), (Some(24 << 20), Some(0)), (None, Some(7)), (Some(16 << 20), None)] {
                         let opts = ReplayOptions { capacity, timeline, ..Default::default() };
                         let replay = |p: &mut dyn Policy| {
@@ -673,7 +678,6 @@ mod tests {
                             (r.events, r.stats, r.first_oom, r.timeline, r.segments, hooks.peak_reserved_event, hooks.peak_allocated_event)
                         };
                         let mut fast = build(name);
-                        assert!(fast.frees_at_request());
                         let a = replay(fast.as_mut());
                         let b = replay(&mut Unskipped(build(name)));
                         assert_eq!(a, b, "{name} seed {seed} two devices {two_devices} capacity {capacity:?} timeline {timeline:?}");

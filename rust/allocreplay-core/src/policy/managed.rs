@@ -302,8 +302,9 @@ impl Policy for Managed {
         self.release(id, device);
     }
 
-    /// `release` took the allocation out at the request: its completion finds nothing.
-    fn frees_at_request(&self) -> bool {
+    /// `release` takes the allocation out at the request: its completion finds nothing.
+    fn free_at_once(&mut self, id: u64, device: &mut DeviceMemory) -> bool {
+        self.release(id, device);
         true
     }
 

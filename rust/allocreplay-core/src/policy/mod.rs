@@ -121,10 +121,12 @@ pub trait Policy {
     /// The allocator takes the memory back (merges, caches or returns it).
     fn free_completed(&mut self, id: u64, device: &mut DeviceMemory);
 
-    /// Whether `free_requested` does all that freeing does (a `cudaFree` at the request), so
-    /// that a `free_completed` of an id right after its `free_requested` changes nothing: the
-    /// engine then skips that call.
-    fn frees_at_request(&self) -> bool {
+    /// `free_requested` and, on the next row, `free_completed` of the same id, as one call:
+    /// where the policy does that faster than the two and the completion changes neither the
+    /// allocated nor the reserved bytes (the engine then records both events with the stats
+    /// after this call). Returns false, having done nothing, where it does not (the default):
+    /// the engine then makes the two calls.
+    fn free_at_once(&mut self, _id: u64, _device: &mut DeviceMemory) -> bool {
         false
     }
 

@@ -944,6 +944,24 @@ impl Policy for CachingAllocator {
         self.free_block(b);
     }
 
+    /// A free no other stream holds up (`free` with no `stream_uses`): the block goes straight
+    /// to `free_block`, without the pending state and list that `free_requested` keeps for a
+    /// completion that may come later. `free_block` changes only the requested bytes.
+    fn free_at_once(&mut self, id: u64, _dev: &mut DeviceMemory) -> bool {
+        let Some(b) = self.by_id.get(id) else { return true };
+        if b == NONE {
+            return true;
+        }
+        let bl = &mut self.blocks[b as usize];
+        if bl.allocated {
+            bl.allocated = false;
+            self.stats.allocated -= bl.size;
+        }
+        self.by_id.remove(id);
+        self.free_block(b);
+        true
+    }
+
     /// `DeviceCachingAllocator::emptyCache`: `release_cached_blocks` (every unused segment of
     /// the default pools is freed, expandable segments unmap their free pages).
     fn empty_cache(&mut self, dev: &mut DeviceMemory) {
