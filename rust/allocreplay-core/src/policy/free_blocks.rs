@@ -234,9 +234,9 @@ impl FreeBlocks {
     }
 
     /// The first block of `rank` not below (size, ptr) in (size, ptr) order, if `inclusive`,
-    /// else the first above it.
+    /// else the first above it: found in the classes, or where to start in `rest`.
     #[inline]
-    fn seek(&self, rank: u32, size: u64, ptr: u64, inclusive: bool) -> Option<(u64, u64, u32)> {
+    fn seek(&self, rank: u32, size: u64, ptr: u64, inclusive: bool) -> Seek {
         let ptr_from = ptr + u64::from(!inclusive);
         if let (Some(Some(cl)), false, true) = (self.classes.get(rank as usize), self.unclassed, size <= CLASS_MAX) {
             let c = class_at_least(size);
@@ -245,28 +245,24 @@ impl FreeBlocks {
                 // Within the request's own class: its least block, or one of its others.
                 let slot = &cl.slots[c];
                 if slot.ptr >= ptr_from {
-                    return Some((size, slot.ptr, slot.val));
+                    return Seek::Found((size, slot.ptr, slot.val));
                 }
                 if slot.others > 0 {
                     let list = &cl.others[c];
                     if let Some(&(p, v)) = list.get(list.partition_point(|&(p, _)| p < ptr_from)) {
-                        return Some((size, p, v));
+                        return Seek::Found((size, p, v));
                     }
                 }
                 from = c + 1;
             }
             if let Some(c) = cl.next_set(from) {
                 let slot = &cl.slots[c];
-                return Some((class_size(c), slot.ptr, slot.val));
+                return Seek::Found((class_size(c), slot.ptr, slot.val));
             }
             // Past the classes: the blocks above 2 MiB.
-            let (k, v) = self.rest.range(size_key(rank, CLASS_MAX + 1, 0), rank_end(rank)).next()?;
-            let (s, p) = unpack(k);
-            return Some((s, p, v));
+            return Seek::Rest(size_key(rank, CLASS_MAX + 1, 0));
         }
-        let (k, v) = self.rest.range(size_key(rank, size, ptr_from), rank_end(rank)).next()?;
-        let (s, p) = unpack(k);
-        Some((s, p, v))
+        Seek::Rest(size_key(rank, size, ptr_from))
     }
 
     /// The blocks of `rank` from `lower_bound(size, 0)` on, in (size, ptr) order: (size, ptr,
@@ -274,7 +270,7 @@ impl FreeBlocks {
     /// caller, at the first block of another stream.
     #[inline]
     pub fn range(&self, rank: u32, size: u64) -> Range<'_> {
-        Range { set: self, rank, at: Some((size, 0)), started: false }
+        Range { set: self, rank, at: Some((size, 0)), started: false, rest: None }
     }
 
     /// Every block, in (rank, size, ptr) order.
@@ -303,10 +299,19 @@ impl FreeBlocks {
 pub(crate) struct Range<'a> {
     set: &'a FreeBlocks,
     rank: u32,
-    /// The (size, ptr) to search from: inclusive before the first step, then the last block
-    /// returned; `None` past the end.
+    /// The (size, ptr) to search the classes from: inclusive before the first step, then the
+    /// last block returned; `None` past the end.
     at: Option<(u64, u64)>,
     started: bool,
+    /// Once past the classes: the blocks above them, iterated (not searched at every step).
+    rest: Option<super::sorted_map::Iter<'a>>,
+}
+
+/// Where [`FreeBlocks::seek`] ended.
+enum Seek {
+    Found((u64, u64, u32)),
+    /// In `rest`, from this key on.
+    Rest(u128),
 }
 
 impl Iterator for Range<'_> {
@@ -314,11 +319,20 @@ impl Iterator for Range<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<(u64, u64, u32)> {
-        let (size, ptr) = self.at?;
-        let found = self.set.seek(self.rank, size, ptr, !self.started);
-        self.started = true;
-        self.at = found.map(|(s, p, _)| (s, p));
-        found
+        if self.rest.is_none() {
+            let (size, ptr) = self.at?;
+            match self.set.seek(self.rank, size, ptr, !self.started) {
+                Seek::Found(found) => {
+                    self.started = true;
+                    self.at = Some((found.0, found.1));
+                    return Some(found);
+                }
+                Seek::Rest(from) => self.rest = Some(self.set.rest.range(from, rank_end(self.rank))),
+            }
+        }
+        let (k, v) = self.rest.as_mut()?.next()?;
+        let (s, p) = unpack(k);
+        Some((s, p, v))
     }
 }
 
