@@ -235,7 +235,7 @@ impl FreeBlocks {
 
     /// The first block of `rank` not below (size, ptr) in (size, ptr) order, if `inclusive`,
     /// else the first above it: found in the classes, or where to start in `rest`.
-    #[inline]
+    #[inline(always)]
     fn seek(&self, rank: u32, size: u64, ptr: u64, inclusive: bool) -> Seek {
         let ptr_from = ptr + u64::from(!inclusive);
         if let (Some(Some(cl)), false, true) = (self.classes.get(rank as usize), self.unclassed, size <= CLASS_MAX) {
@@ -317,7 +317,7 @@ enum Seek {
 impl Iterator for Range<'_> {
     type Item = (u64, u64, u32);
 
-    #[inline]
+    #[inline(always)]
     fn next(&mut self) -> Option<(u64, u64, u32)> {
         if self.rest.is_none() {
             let (size, ptr) = self.at?;
