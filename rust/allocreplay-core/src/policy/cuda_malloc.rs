@@ -18,6 +18,7 @@
 
 use rustc_hash::FxHashMap;
 
+use super::class_bitmap::{ClassBitmap, CLASSES};
 use super::options::{self, Syntax};
 use super::registry::{PolicyEntry, PolicyKind};
 use super::spec::PolicyContext;
@@ -72,8 +73,8 @@ fn remove_at<T>(v: &mut Vec<T>, i: usize) {
     }
 }
 
-/// Length classes of the free ranges inside shared pages: multiples of 512 bytes, up to a page.
-const CLASSES: usize = (PAGE / MALLOC_ALIGN) as usize;
+// Length classes of the free ranges inside shared pages: multiples of 512 bytes, up to a page.
+const _: () = assert!(CLASSES as u64 == PAGE / MALLOC_ALIGN);
 
 /// The free ranges of every shared page in the driver's best-fit order (length, page, offset),
 /// by length class: a bitmap of the classes that hold a range (two levels of `u64`), and per
@@ -85,10 +86,8 @@ const CLASSES: usize = (PAGE / MALLOC_ALIGN) as usize;
 /// class two times in three), so their lists are seldom touched.
 #[derive(Debug)]
 struct FreeBySize {
-    /// Bit `c % 64` of `words[c / 64]`: class `c` (ranges of `(c + 1) * 512` bytes) is not empty.
-    words: [u64; CLASSES / 64],
-    /// Bit `w`: `words[w] != 0`.
-    summary: u64,
+    /// The classes that hold a range (class `c`: ranges of `(c + 1) * 512` bytes).
+    bits: ClassBitmap,
     classes: Vec<Class>,
 }
 
@@ -109,7 +108,7 @@ const NO_RANGE: u64 = u64::MAX;
 
 impl Default for FreeBySize {
     fn default() -> Self {
-        FreeBySize { words: [0; CLASSES / 64], summary: 0, classes: vec![Class { first: NO_RANGE, rest: Vec::new() }; CLASSES] }
+        FreeBySize { bits: ClassBitmap::default(), classes: vec![Class { first: NO_RANGE, rest: Vec::new() }; CLASSES] }
     }
 }
 
@@ -127,8 +126,7 @@ impl FreeBySize {
         let class = &mut self.classes[c];
         if class.first == NO_RANGE {
             class.first = key;
-            self.words[c / 64] |= 1 << (c % 64);
-            self.summary |= 1 << (c / 64);
+            self.bits.set(c);
             return;
         }
         // The larger of the two goes to the list.
@@ -158,10 +156,7 @@ impl FreeBySize {
             class.first = next;
         } else {
             class.first = NO_RANGE;
-            self.words[c / 64] &= !(1 << (c % 64));
-            if self.words[c / 64] == 0 {
-                self.summary &= !(1 << (c / 64));
-            }
+            self.bits.clear(c);
         }
     }
 
@@ -169,19 +164,7 @@ impl FreeBySize {
     /// taken out of the set: (length, page, offset).
     #[inline]
     fn take_best_fit(&mut self, len: u64) -> Option<(u64, u32, u64)> {
-        let c0 = Self::class(len);
-        let w0 = c0 / 64;
-        let here = self.words[w0] & (u64::MAX << (c0 % 64));
-        let c = if here != 0 {
-            w0 * 64 + here.trailing_zeros() as usize
-        } else {
-            let above = self.summary & u64::MAX.checked_shl(w0 as u32 + 1).unwrap_or(0);
-            if above == 0 {
-                return None;
-            }
-            let w = above.trailing_zeros() as usize;
-            w * 64 + self.words[w].trailing_zeros() as usize
-        };
+        let c = self.bits.next_set(Self::class(len))?;
         let key = self.classes[c].first;
         self.take_first(c);
         Some(((c as u64 + 1) * MALLOC_ALIGN, (key >> 32) as u32, key & 0xffff_ffff))

@@ -15,12 +15,13 @@
 //! order, as the packed keys were; the allocator reorders by stream value where upstream's
 //! order depends on it.
 
+use super::class_bitmap::{ClassBitmap, CLASSES};
 use super::sorted_map::SortedMap;
 
 /// Class granularity: every block size is a multiple of `kMinBlockSize`.
 const CLASS_BYTES: u64 = 512;
-/// Sizes with a class: up to `kSmallBuffer` (2 MiB), so the whole small pool.
-const CLASSES: usize = 4096;
+/// The largest size with a class (`CLASSES` of them): `kSmallBuffer` (2 MiB), so the whole
+/// small pool.
 const CLASS_MAX: u64 = CLASSES as u64 * CLASS_BYTES;
 
 /// (stream rank, size, ptr) packed as 16 + 56 + 56 bits (sizes and addresses below 64 PiB; a
@@ -71,10 +72,8 @@ struct Slot {
 /// The classes of one stream rank.
 #[derive(Debug, Clone)]
 struct Classes {
-    /// Bit `c % 64` of `words[c / 64]`: class `c` (blocks of `(c + 1) * 512` bytes) is not empty.
-    words: [u64; CLASSES / 64],
-    /// Bit `w`: `words[w] != 0`.
-    summary: u64,
+    /// The classes that hold a block (class `c`: blocks of `(c + 1) * 512` bytes).
+    bits: ClassBitmap,
     slots: Vec<Slot>,
     /// Per class, its blocks other than the slot's, as (ptr, block) sorted by address.
     others: Vec<Vec<(u64, u32)>>,
@@ -82,45 +81,7 @@ struct Classes {
 
 impl Classes {
     fn new() -> Box<Classes> {
-        Box::new(Classes { words: [0; CLASSES / 64], summary: 0, slots: vec![Slot::default(); CLASSES], others: vec![Vec::new(); CLASSES] })
-    }
-
-    #[inline]
-    fn is_set(&self, c: usize) -> bool {
-        self.words[c / 64] & (1 << (c % 64)) != 0
-    }
-
-    #[inline]
-    fn set(&mut self, c: usize) {
-        self.words[c / 64] |= 1 << (c % 64);
-        self.summary |= 1 << (c / 64);
-    }
-
-    #[inline]
-    fn clear(&mut self, c: usize) {
-        self.words[c / 64] &= !(1 << (c % 64));
-        if self.words[c / 64] == 0 {
-            self.summary &= !(1 << (c / 64));
-        }
-    }
-
-    /// The first non-empty class at or after `c`.
-    #[inline]
-    fn next_set(&self, c: usize) -> Option<usize> {
-        if c >= CLASSES {
-            return None;
-        }
-        let w0 = c / 64;
-        let here = self.words[w0] & (u64::MAX << (c % 64));
-        if here != 0 {
-            return Some(w0 * 64 + here.trailing_zeros() as usize);
-        }
-        let above = self.summary & u64::MAX.checked_shl(w0 as u32 + 1).unwrap_or(0);
-        if above == 0 {
-            return None;
-        }
-        let w = above.trailing_zeros() as usize;
-        Some(w * 64 + self.words[w].trailing_zeros() as usize)
+        Box::new(Classes { bits: ClassBitmap::default(), slots: vec![Slot::default(); CLASSES], others: vec![Vec::new(); CLASSES] })
     }
 }
 
@@ -161,9 +122,9 @@ impl FreeBlocks {
         }
         let cl = self.classes[rank as usize].get_or_insert_with(Classes::new);
         let c = class_at_least(size);
-        if !cl.is_set(c) {
+        if !cl.bits.is_set(c) {
             cl.slots[c] = Slot { ptr, val, others: 0 };
-            cl.set(c);
+            cl.bits.set(c);
             self.len += 1;
             return;
         }
@@ -203,14 +164,14 @@ impl FreeBlocks {
             }
         };
         let c = class_at_least(size);
-        if !cl.is_set(c) {
+        if !cl.bits.is_set(c) {
             return None;
         }
         let slot = &mut cl.slots[c];
         let v = if slot.ptr == ptr {
             let v = slot.val;
             if slot.others == 0 {
-                cl.clear(c);
+                cl.bits.clear(c);
             } else {
                 // The class's next block takes the slot.
                 (slot.ptr, slot.val) = cl.others[c].remove(0);
@@ -241,7 +202,7 @@ impl FreeBlocks {
         if let (Some(Some(cl)), false, true) = (self.classes.get(rank as usize), self.unclassed, size <= CLASS_MAX) {
             let c = class_at_least(size);
             let mut from = c;
-            if class_size(c) == size && cl.is_set(c) {
+            if class_size(c) == size && cl.bits.is_set(c) {
                 // Within the request's own class: its least block, or one of its others.
                 let slot = &cl.slots[c];
                 if slot.ptr >= ptr_from {
@@ -255,7 +216,7 @@ impl FreeBlocks {
                 }
                 from = c + 1;
             }
-            if let Some(c) = cl.next_set(from) {
+            if let Some(c) = cl.bits.next_set(from) {
                 let slot = &cl.slots[c];
                 return Seek::Found((class_size(c), slot.ptr, slot.val));
             }
@@ -283,7 +244,7 @@ impl FreeBlocks {
         for (rank, cl) in self.classes.drain(..).enumerate() {
             let Some(cl) = cl else { continue };
             let mut c = 0;
-            while let Some(n) = cl.next_set(c) {
+            while let Some(n) = cl.bits.next_set(c) {
                 let slot = &cl.slots[n];
                 for &(ptr, val) in std::iter::once(&(slot.ptr, slot.val)).chain(&cl.others[n]) {
                     self.rest.insert(size_key(rank as u32, class_size(n), ptr), val);

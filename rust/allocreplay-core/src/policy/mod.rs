@@ -5,6 +5,7 @@
 pub mod bfc;
 pub mod bfc_config;
 pub mod bounds;
+mod class_bitmap;
 pub mod cuda_async;
 pub mod cuda_malloc;
 mod free_blocks;
