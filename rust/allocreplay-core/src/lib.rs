@@ -8,6 +8,7 @@ pub mod analysis;
 pub mod engine;
 pub mod error;
 pub mod export;
+mod huge_pages;
 pub mod import;
 pub mod offline;
 pub mod policy;

@@ -24,6 +24,8 @@
 
 use std::hint::select_unpredictable;
 
+use crate::huge_pages;
+
 /// Which order `GlobalDecreasingSizeBestFitHeap` places intervals in (`PackingStrategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
@@ -65,7 +67,7 @@ const NONE: u32 = u32::MAX;
 
 impl HeapBuilder {
     pub fn with_capacity(buffers: usize) -> Self {
-        HeapBuilder { intervals: Vec::with_capacity(buffers), index_of: Vec::with_capacity(buffers), ..Default::default() }
+        HeapBuilder { intervals: huge_pages::with_capacity(buffers), index_of: huge_pages::with_capacity(buffers), ..Default::default() }
     }
 
     fn slot(&mut self, buffer: u32) -> &mut u32 {
@@ -363,7 +365,7 @@ impl<'a> Planner<'a> {
         if !self.colo.is_empty() || iv.len() > u32::MAX as usize {
             return None;
         }
-        let mut packed: Vec<u128> = Vec::with_capacity(iv.len());
+        let mut packed: Vec<u128> = huge_pages::with_capacity(iv.len());
         let mut last_key = None;
         for (i, x) in iv.iter().enumerate() {
             if !x.need_allocation || last_key.is_some_and(|k| k >= x.key) || x.size < 1 {
@@ -398,7 +400,7 @@ impl<'a> Planner<'a> {
         let n = if offsets || !self.colo.is_empty() { self.iv.len() } else { 0 };
         let mut placed = Placed::<C>::new(&self.layout);
         let mut scratch = Scratch::default();
-        let (mut offsets, mut chunk_sizes) = (vec![0i64; n], vec![0i64; n]);
+        let (mut offsets, mut chunk_sizes) = (huge_pages::filled(n, 0i64), huge_pages::filled(n, 0i64));
         // Only colocations can be placed twice (intervals not built by `HeapBuilder`).
         let mut done = vec![false; if self.colo.is_empty() { 0 } else { n }];
         let mut heap_size = 0i64;
@@ -857,11 +859,11 @@ impl<C: Chunk> Placed<C> {
         let lists = layout.list_start.len() - 1;
         let n = layout.at.len();
         Placed {
-            entries: vec![C::default(); layout.list_start[lists]],
+            entries: huge_pages::filled(layout.list_start[lists], C::default()),
             list_len: vec![0; lists],
-            blocks: vec![C::default(); n],
+            blocks: huge_pages::filled(n, C::default()),
             block_len: vec![0; n.div_ceil(layout.block).max(1)],
-            unions: vec![Vec::new(); 2 * layout.leaves],
+            unions: huge_pages::filled(2 * layout.leaves, Vec::new()),
             stale: vec![false; 2 * layout.leaves],
             through: vec![Vec::new(); if layout.unions { lists } else { 0 }],
             super_through: vec![Vec::new(); if layout.unions { lists.div_ceil(SUPER) } else { 0 }],
@@ -877,10 +879,12 @@ struct DoesNotFit;
 impl Layout {
     fn new(iv: &[BufferInterval], alignment: i64, block_window: Option<(usize, usize)>) -> Self {
         let n = iv.len();
-        let mut by_start: Vec<u32> = (0..n as u32).collect();
+        let mut by_start: Vec<u32> = huge_pages::with_capacity(n);
+        by_start.extend(0..n as u32);
         by_start.sort_unstable_by_key(|&i| iv[i as usize].start);
-        let starts: Vec<i64> = by_start.iter().map(|&i| iv[i as usize].start).collect();
-        let mut at = vec![SlotInfo { slot: 0, lo: 0, upto: 0 }; n];
+        let mut starts: Vec<i64> = huge_pages::with_capacity(n);
+        starts.extend(by_start.iter().map(|&i| iv[i as usize].start));
+        let mut at = huge_pages::filled(n, SlotInfo { slot: 0, lo: 0, upto: 0 });
         let mut lo = 0usize;
         for (slot, &i) in by_start.iter().enumerate() {
             if starts[slot] != starts[lo] {

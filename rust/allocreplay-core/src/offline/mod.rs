@@ -84,7 +84,7 @@ fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, V
     let n = trace.num_events();
     // Dense handles for alloc ids: ids are dense per trace by construction (below the event
     // count: a vector), but be safe (any other id: a map).
-    let mut dense: Vec<u32> = vec![NO_HANDLE; n];
+    let mut dense: Vec<u32> = crate::huge_pages::filled(n, NO_HANDLE);
     let mut handle_of: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
     let allocs = (0..n).filter(|&i| c.device[i] == device && c.action[i] == Action::Alloc as u8).count();
     if allocs >= u32::MAX as usize {
