@@ -192,15 +192,21 @@ pub fn plan_heap_size(intervals: &[BufferInterval], alignment: i64) -> (Strategy
 }
 
 fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool) -> HeapPlan {
-    let planner = Planner::new(intervals, alignment);
     let parallel = intervals.len() >= PARALLEL_FROM && std::thread::available_parallelism().is_ok_and(|p| p.get() > 1);
     let (spatial, temporal) = if parallel {
+        // kSpatial takes longer: its keys are sorted on the second thread while this one lays
+        // out the overlap structure, and kTemporal then runs there.
+        let (planner, spatial_keys) = std::thread::scope(|s| {
+            let keys = s.spawn(|| packed_order(intervals, Strategy::Spatial));
+            (Planner::new(intervals, alignment), join(keys))
+        });
         std::thread::scope(|s| {
             let temporal = s.spawn(|| planner.run(Strategy::Temporal, offsets));
-            let spatial = planner.run(Strategy::Spatial, offsets);
-            (spatial, temporal.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            let spatial = planner.run_in(planner.order(Strategy::Spatial, spatial_keys), offsets);
+            (spatial, join(temporal))
         })
     } else {
+        let planner = Planner::new(intervals, alignment);
         (planner.run(Strategy::Spatial, offsets), planner.run(Strategy::Temporal, offsets))
     };
     if temporal.heap_size < spatial.heap_size {
@@ -208,6 +214,11 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool) -> H
     } else {
         spatial
     }
+}
+
+/// A scoped thread's result (its panic carried on).
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
 
 /// Intervals from which [`plan`] runs its two orders on two threads (below, a thread costs
@@ -309,16 +320,25 @@ impl<'a> Planner<'a> {
 
     /// One order's plan; `offsets`: whether to return each interval's offset and chunk size.
     fn run(&self, strategy: Strategy, offsets: bool) -> HeapPlan {
-        let order = match self.packed_order(strategy) {
+        self.run_in(self.order(strategy, packed_order(self.iv, strategy)), offsets)
+    }
+
+    /// The order `strategy` places in: its packed keys when [`packed_order`] gave them.
+    fn order(&self, strategy: Strategy, packed: Option<Vec<u128>>) -> Order {
+        match packed {
             Some(keys) => Order::Packed { keys, strategy },
-            None => Order::Listed(self.sorted_jobs(strategy)),
-        };
+            None => Order::Listed(self.sorted_jobs(strategy), strategy),
+        }
+    }
+
+    /// The plan of placing in `order`.
+    fn run_in(&self, order: Order, offsets: bool) -> HeapPlan {
         if self.layout.compact_slots() {
-            if let Ok(plan) = self.place::<Compact>(strategy, &order, offsets) {
+            if let Ok(plan) = self.place::<Compact>(&order, offsets) {
                 return plan;
             }
         }
-        self.place::<Wide>(strategy, &order, offsets).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
+        self.place::<Wide>(&order, offsets).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
     }
 
     /// `GetSortedBufferIntervals` + `buffer_interval_compare_`: what each placement reads of its
@@ -354,35 +374,6 @@ impl<'a> Planner<'a> {
             .collect()
     }
 
-    /// [`Self::sorted_jobs`] for the common case, faster: no colocations and keys that rise
-    /// with the interval index (a trace's allocation ids do), so that ties on the key are
-    /// ties on the index. Each order's comparison is then one `u128` (kSpatial: size desc,
-    /// duration desc, index; kTemporal: duration desc, size desc, index), from which a
-    /// placement takes its interval and size ([`Order::Packed`]). `None` when the case does
-    /// not hold (or the values do not fit the packing).
-    fn packed_order(&self, strategy: Strategy) -> Option<Vec<u128>> {
-        let iv = self.iv;
-        if !self.colo.is_empty() || iv.len() > u32::MAX as usize {
-            return None;
-        }
-        let mut packed: Vec<u128> = huge_pages::with_capacity(iv.len());
-        let mut last_key = None;
-        for (i, x) in iv.iter().enumerate() {
-            if !x.need_allocation || last_key.is_some_and(|k| k >= x.key) || x.size < 1 {
-                return None;
-            }
-            last_key = Some(x.key);
-            let duration = u32::try_from(x.end - x.start).ok()?;
-            let (size, i) = (x.size as u64, i as u128);
-            packed.push(match strategy {
-                Strategy::Spatial => (u128::from(!size) << 64) | (u128::from(!duration) << 32) | i,
-                Strategy::Temporal => (u128::from(!duration) << 96) | (u128::from(!size) << 32) | i,
-            });
-        }
-        packed.sort_unstable();
-        Some(packed)
-    }
-
     fn job(&self, i: usize) -> Job {
         Job {
             i: i as u32,
@@ -395,7 +386,7 @@ impl<'a> Planner<'a> {
 
     /// Places the intervals in `order` with list entries of type `C`; `offsets`: whether to
     /// keep each one's offset and chunk size (colocations need them anyway).
-    fn place<C: Chunk>(&self, strategy: Strategy, order: &Order, offsets: bool) -> Result<HeapPlan, DoesNotFit> {
+    fn place<C: Chunk>(&self, order: &Order, offsets: bool) -> Result<HeapPlan, DoesNotFit> {
         let at = &self.layout.at[..];
         let n = if offsets || !self.colo.is_empty() { self.iv.len() } else { 0 };
         let mut placed = Placed::<C>::new(&self.layout);
@@ -456,7 +447,7 @@ impl<'a> Planner<'a> {
         if placed.through.len() >= DROP_APART_FROM {
             std::thread::spawn(move || drop(placed));
         }
-        Ok(HeapPlan { strategy, heap_size, offsets, chunk_sizes })
+        Ok(HeapPlan { strategy: order.strategy(), heap_size, offsets, chunk_sizes })
     }
 
     /// `MakeFreeChunksList` + `FindUnslicedChunkCandidates` (kBestFit, no preferred offset):
@@ -484,19 +475,53 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// [`Planner::sorted_jobs`] for the common case, faster: no colocations and keys that rise
+/// with the interval index (a trace's allocation ids do), so that ties on the key are
+/// ties on the index. Each order's comparison is then one `u128` (kSpatial: size desc,
+/// duration desc, index; kTemporal: duration desc, size desc, index), from which a
+/// placement takes its interval and size ([`Order::Packed`]). `None` when the case does
+/// not hold (or the values do not fit the packing).
+fn packed_order(iv: &[BufferInterval], strategy: Strategy) -> Option<Vec<u128>> {
+    if iv.len() > u32::MAX as usize {
+        return None;
+    }
+    let mut packed: Vec<u128> = huge_pages::with_capacity(iv.len());
+    let mut last_key = None;
+    for (i, x) in iv.iter().enumerate() {
+        if !x.need_allocation || !x.colocations.is_empty() || last_key.is_some_and(|k| k >= x.key) || x.size < 1 {
+            return None;
+        }
+        last_key = Some(x.key);
+        let duration = u32::try_from(x.end - x.start).ok()?;
+        let (size, i) = (x.size as u64, i as u128);
+        packed.push(match strategy {
+            Strategy::Spatial => (u128::from(!size) << 64) | (u128::from(!duration) << 32) | i,
+            Strategy::Temporal => (u128::from(!duration) << 96) | (u128::from(!size) << 32) | i,
+        });
+    }
+    packed.sort_unstable();
+    Some(packed)
+}
+
 /// The intervals to place, in order.
 enum Order {
     /// Each placement's [`Job`] gathered.
-    Listed(Vec<Job>),
+    Listed(Vec<Job>, Strategy),
     /// [`Planner::packed_order`]'s keys: a job is its key's interval and size, and the
     /// interval's slots (no colocations).
     Packed { keys: Vec<u128>, strategy: Strategy },
 }
 
 impl Order {
+    fn strategy(&self) -> Strategy {
+        match self {
+            Order::Listed(_, strategy) | Order::Packed { strategy, .. } => *strategy,
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
-            Order::Listed(jobs) => jobs.len(),
+            Order::Listed(jobs, _) => jobs.len(),
             Order::Packed { keys, .. } => keys.len(),
         }
     }
@@ -505,7 +530,7 @@ impl Order {
     #[inline]
     fn interval(&self, t: usize) -> usize {
         match self {
-            Order::Listed(jobs) => jobs[t].i as usize,
+            Order::Listed(jobs, _) => jobs[t].i as usize,
             Order::Packed { keys, .. } => keys[t] as u32 as usize,
         }
     }
@@ -513,7 +538,7 @@ impl Order {
     #[inline]
     fn job(&self, t: usize, at: &[SlotInfo]) -> Job {
         match self {
-            Order::Listed(jobs) => jobs[t],
+            Order::Listed(jobs, _) => jobs[t],
             Order::Packed { keys, strategy } => {
                 let k = keys[t];
                 let size = match strategy {
