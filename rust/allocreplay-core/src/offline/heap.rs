@@ -851,6 +851,8 @@ const FILTER_FIRST: usize = 4;
 const AHEAD: usize = 4;
 /// Windows from which a plan's unions are freed on a thread of their own.
 const DROP_APART_FROM: usize = 16_384;
+/// Tree nodes whose unions one placement's query prefetches at most.
+const PREFETCH_NODES: usize = 16;
 /// Windows per group of [`Layout`]'s `super_through` unions.
 const SUPER: usize = 16;
 /// Bound on the window lists' entries, per interval (plus a constant).
@@ -1156,6 +1158,17 @@ impl Layout {
         prefetch(self.list(placed, k));
         if self.unions {
             prefetch(&placed.live_through[k]);
+            if placed.live_through_stale[k] {
+                prefetch(&placed.through[k]);
+                prefetch(&placed.super_through[k / SUPER]);
+            }
+            // The nodes its query reads or rebuilds (their headers came at `prefetch_heads`).
+            let mut budget = PREFETCH_NODES;
+            self.tree_nodes(self.whole_blocks(&blocks, upto), |v| {
+                self.visit_rebuild(placed, v, &mut budget, &mut |u| prefetch(&placed.unions[u]));
+            });
+            // The unions it joins.
+            self.joined_unions(placed, a, |runs| prefetch(runs));
         }
         let whole_end = if self.unions { self.whole_blocks(&blocks, upto).end } else { blocks.start };
         for b in (whole_end..blocks.end).take(2) {
@@ -1176,9 +1189,62 @@ impl Layout {
         if self.unions {
             prefetch(std::slice::from_ref(&placed.live_through[k]));
             prefetch(std::slice::from_ref(&placed.live_through_stale[k]));
+            prefetch(std::slice::from_ref(&placed.through[k]));
+            prefetch(std::slice::from_ref(&placed.super_through[k / SUPER]));
+            let (_, _, _, blocks, upto) = self.query(a);
+            let mut budget = PREFETCH_NODES;
+            self.tree_nodes(self.whole_blocks(&blocks, upto), |v| {
+                self.visit_rebuild(placed, v, &mut budget, &mut |u| {
+                    prefetch(std::slice::from_ref(&placed.unions[u]));
+                    if u >= self.leaves && placed.stale[u] {
+                        let b = u - self.leaves;
+                        prefetch(std::slice::from_ref(&placed.block_len[b]));
+                        prefetch(&placed.blocks[b * self.block..((b + 1) * self.block).min(placed.blocks.len())]);
+                    }
+                });
+            });
+            self.joined_unions(placed, a, |runs| prefetch(std::slice::from_ref(runs)));
         }
         let b = a.slot as usize / self.block;
         prefetch(std::slice::from_ref(&placed.block_len[b]));
+    }
+
+    /// Calls `f` on node `v` and, when it is stale, on the nodes [`Self::refresh`] reads to
+    /// rebuild it (its children, and theirs under a stale one), at most `budget` in all.
+    fn visit_rebuild<C: Chunk>(&self, placed: &Placed<C>, v: usize, budget: &mut usize, f: &mut impl FnMut(usize)) {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        f(v);
+        if v < self.leaves && placed.stale[v] {
+            self.visit_rebuild(placed, 2 * v, budget, f);
+            self.visit_rebuild(placed, 2 * v + 1, budget, f);
+        }
+    }
+
+    /// Calls `f` on the first few unions [`Self::add`] will insert the interval at `a` into
+    /// (`through`, `live_through` and `super_through`).
+    #[inline]
+    fn joined_unions<C: Chunk>(&self, placed: &Placed<C>, a: SlotInfo, mut f: impl FnMut(&Vec<(i64, i64)>)) {
+        let lists = self.lists_of(a.slot, a.upto);
+        let (mut k, last) = (*lists.start(), *lists.end());
+        for _ in 0..2 {
+            if k > last {
+                break;
+            }
+            let g = k / SUPER;
+            if self.super_through(a, g) {
+                f(&placed.super_through[g]);
+                k = (g + 1) * SUPER;
+                continue;
+            }
+            if self.through(a, k) {
+                f(&placed.through[k]);
+                f(&placed.live_through[k]);
+            }
+            k += 1;
+        }
     }
 
     #[inline]
