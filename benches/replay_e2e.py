@@ -39,8 +39,7 @@ def main() -> None:
     print(f"allocreplay from {os.path.dirname(allocreplay.__file__)}; {a.trace} x {a.tile}: {n:,} events; load average {os.getloadavg()[0]:.1f}")
     for spec in a.policies:
         best = float("inf")
-        # offline (XLA's planner over every lifetime) takes seconds: one round.
-        for _ in range(1 if spec == "offline" else a.rounds):
+        for _ in range(a.rounds):
             t0 = time.perf_counter()
             allocreplay.replay(trace, [spec], placements=False)
             best = min(best, time.perf_counter() - t0)
