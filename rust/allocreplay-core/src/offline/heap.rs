@@ -24,6 +24,7 @@
 
 use std::hint::select_unpredictable;
 
+use super::run_pool::{RunPool, Union};
 use crate::huge_pages;
 
 /// Which order `GlobalDecreasingSizeBestFitHeap` places intervals in (`PackingStrategy`).
@@ -441,12 +442,6 @@ impl<'a> Planner<'a> {
                 self.layout.add(&mut placed, a, offset, max_colocation_size)?;
             }
         }
-
-        // Freeing the unions (a few small vectors per window: about 300,000 on qwen2 tiled
-        // twice, tens of milliseconds) is left to a thread of its own, off the caller's path.
-        if placed.through.len() >= DROP_APART_FROM {
-            std::thread::spawn(move || drop(placed));
-        }
         Ok(HeapPlan { strategy: order.strategy(), heap_size, offsets, chunk_sizes })
     }
 
@@ -810,7 +805,9 @@ struct SlotInfo {
 /// - an interval live through the whole of window k (it began before p, `upto >= p +
 ///   block`) passes every filter of list k: it joins list k's union (`through`), not its
 ///   entries — or, when it is live through all [`SUPER`] windows of k's group, the group's
-///   union (`super_through`), which spares a long-lived interval an insert per window;
+///   union (`super_through`), which spares a long-lived interval an insert per window (a
+///   group's union holds the few regions that live long, a generate run's weights and
+///   caches: its queries merge it with their kept chunks, a few runs each);
 /// - the blocks a query reads after its window are whole but for the last: a segment tree
 ///   over the blocks keeps the union of the chunks placed in each node's blocks, and a query
 ///   reads the O(log) nodes covering its whole blocks instead of every chunk of every block
@@ -849,8 +846,6 @@ const WINDOW_BLOCKS: usize = 1;
 const FILTER_FIRST: usize = 4;
 /// How many placements ahead [`Layout::prefetch_heads`] runs ([`Layout::prefetch`]: one).
 const AHEAD: usize = 4;
-/// Windows from which a plan's unions are freed on a thread of their own.
-const DROP_APART_FROM: usize = 16_384;
 /// Tree nodes whose unions one placement's query prefetches at most.
 const PREFETCH_NODES: usize = 16;
 /// Windows per group of [`Layout`]'s `super_through` unions.
@@ -865,20 +860,16 @@ struct Placed<C> {
     /// Block b's list: `blocks[b * block..b * block + block_len[b]]`.
     blocks: Vec<C>,
     block_len: Vec<u32>,
-    /// Node v's union of used chunks, `(offset, end)` runs by offset, disjoint and not
-    /// touching (see [`Layout`]); stale where `stale[v]`.
-    unions: Vec<Vec<(i64, i64)>>,
+    /// Node v's union of used chunks (see [`Layout`]); stale where `stale[v]`.
+    unions: Vec<Union>,
     /// Nodes placed under since their union was merged (a stale node's ancestors are stale).
     stale: Vec<bool>,
     /// Window list k's union of the chunks live through its window (but not its group's).
-    through: Vec<Vec<(i64, i64)>>,
+    through: Vec<Union>,
     /// Group g's union of the chunks live through its windows `g * SUPER..(g + 1) * SUPER`.
-    super_through: Vec<Vec<(i64, i64)>>,
-    /// Window k's `through` and its group's `super_through` as one union, which is what its
-    /// queries read: a chunk joining `through[k]` joins it too, and when one joins the group's
-    /// union it is rebuilt by the next query that reads it (not merged by every query).
-    live_through: Vec<Vec<(i64, i64)>>,
-    live_through_stale: Vec<bool>,
+    super_through: Vec<Union>,
+    /// The runs of all the unions above.
+    pool: RunPool,
 }
 
 impl<C: Chunk> Placed<C> {
@@ -890,12 +881,11 @@ impl<C: Chunk> Placed<C> {
             list_len: vec![0; lists],
             blocks: huge_pages::filled(n, C::default()),
             block_len: vec![0; n.div_ceil(layout.block).max(1)],
-            unions: huge_pages::filled(2 * layout.leaves, Vec::new()),
+            unions: huge_pages::filled(2 * layout.leaves, Union::default()),
             stale: vec![false; 2 * layout.leaves],
-            through: vec![Vec::new(); if layout.unions { lists } else { 0 }],
-            super_through: vec![Vec::new(); if layout.unions { lists.div_ceil(SUPER) } else { 0 }],
-            live_through: vec![Vec::new(); if layout.unions { lists } else { 0 }],
-            live_through_stale: vec![false; if layout.unions { lists } else { 0 }],
+            through: vec![Union::default(); if layout.unions { lists } else { 0 }],
+            super_through: vec![Union::default(); if layout.unions { lists.div_ceil(SUPER) } else { 0 }],
+            pool: RunPool::with_capacity(if layout.unions { n } else { 0 }),
         }
     }
 }
@@ -997,19 +987,17 @@ impl Layout {
         if !placed.stale[v] {
             return;
         }
-        let mut out = std::mem::take(&mut placed.unions[v]);
+        let mut node = placed.unions[v];
         if v >= self.leaves {
             let b = v - self.leaves;
             let list = &placed.blocks[b * self.block..b * self.block + placed.block_len[b] as usize];
-            out.clear();
-            out.extend(list.iter().map(|e| (e.offset(self.shift), e.end(self.shift))));
-            join_runs(&mut out);
+            placed.pool.set_joined(&mut node, list.iter().map(|e| (e.offset(self.shift), e.end(self.shift))));
         } else {
             self.refresh(placed, 2 * v);
             self.refresh(placed, 2 * v + 1);
-            union_of(&placed.unions[2 * v], &placed.unions[2 * v + 1], &mut out);
+            placed.pool.set_union_of(&mut node, placed.unions[2 * v], placed.unions[2 * v + 1]);
         }
-        placed.unions[v] = out;
+        placed.unions[v] = node;
         placed.stale[v] = false;
     }
 
@@ -1074,18 +1062,12 @@ impl Layout {
             let g = k / SUPER;
             if self.super_through(a, g) {
                 // Live through the whole group: k is its first window (see `lists_of`).
-                union_insert(&mut placed.super_through[g], offset, end);
-                let group = g * SUPER..((g + 1) * SUPER).min(placed.live_through_stale.len());
-                placed.live_through_stale[group].fill(true);
+                placed.pool.insert(&mut placed.super_through[g], offset, end);
                 k = (g + 1) * SUPER;
                 continue;
             }
             if self.through(a, k) {
-                union_insert(&mut placed.through[k], offset, end);
-                // The joined union takes it too (rebuilt only when its group's changes).
-                if !placed.live_through_stale[k] {
-                    union_insert(&mut placed.live_through[k], offset, end);
-                }
+                placed.pool.insert(&mut placed.through[k], offset, end);
             } else {
                 let start = self.list_start[k];
                 let len = placed.list_len[k] as usize;
@@ -1157,18 +1139,15 @@ impl Layout {
         let (k, _, _, blocks, upto) = self.query(a);
         prefetch(self.list(placed, k));
         if self.unions {
-            prefetch(&placed.live_through[k]);
-            if placed.live_through_stale[k] {
-                prefetch(&placed.through[k]);
-                prefetch(&placed.super_through[k / SUPER]);
-            }
+            prefetch(placed.pool.get(placed.through[k]));
+            prefetch(placed.pool.get(placed.super_through[k / SUPER]));
             // The nodes its query reads or rebuilds (their headers came at `prefetch_heads`).
             let mut budget = PREFETCH_NODES;
             self.tree_nodes(self.whole_blocks(&blocks, upto), |v| {
-                self.visit_rebuild(placed, v, &mut budget, &mut |u| prefetch(&placed.unions[u]));
+                self.visit_rebuild(placed, v, &mut budget, &mut |u| prefetch(placed.pool.get(placed.unions[u])));
             });
             // The unions it joins.
-            self.joined_unions(placed, a, |runs| prefetch(runs));
+            self.joined_unions(placed, a, |u| prefetch(placed.pool.get(*u)));
         }
         let whole_end = if self.unions { self.whole_blocks(&blocks, upto).end } else { blocks.start };
         for b in (whole_end..blocks.end).take(2) {
@@ -1187,8 +1166,6 @@ impl Layout {
         prefetch(std::slice::from_ref(&self.list_start[k]));
         prefetch(std::slice::from_ref(&placed.list_len[k]));
         if self.unions {
-            prefetch(std::slice::from_ref(&placed.live_through[k]));
-            prefetch(std::slice::from_ref(&placed.live_through_stale[k]));
             prefetch(std::slice::from_ref(&placed.through[k]));
             prefetch(std::slice::from_ref(&placed.super_through[k / SUPER]));
             let (_, _, _, blocks, upto) = self.query(a);
@@ -1203,7 +1180,7 @@ impl Layout {
                     }
                 });
             });
-            self.joined_unions(placed, a, |runs| prefetch(std::slice::from_ref(runs)));
+            self.joined_unions(placed, a, |u| prefetch(std::slice::from_ref(u)));
         }
         let b = a.slot as usize / self.block;
         prefetch(std::slice::from_ref(&placed.block_len[b]));
@@ -1224,9 +1201,9 @@ impl Layout {
     }
 
     /// Calls `f` on the first few unions [`Self::add`] will insert the interval at `a` into
-    /// (`through`, `live_through` and `super_through`).
+    /// (`through` and `super_through`).
     #[inline]
-    fn joined_unions<C: Chunk>(&self, placed: &Placed<C>, a: SlotInfo, mut f: impl FnMut(&Vec<(i64, i64)>)) {
+    fn joined_unions<C: Chunk>(&self, placed: &Placed<C>, a: SlotInfo, mut f: impl FnMut(&Union)) {
         let lists = self.lists_of(a.slot, a.upto);
         let (mut k, last) = (*lists.start(), *lists.end());
         for _ in 0..2 {
@@ -1241,7 +1218,6 @@ impl Layout {
             }
             if self.through(a, k) {
                 f(&placed.through[k]);
-                f(&placed.live_through[k]);
             }
             k += 1;
         }
@@ -1287,21 +1263,18 @@ impl Layout {
         let (k, hi, lo, blocks, upto) = self.query(a);
         let whole = if self.unions { self.whole_blocks(&blocks, upto) } else { blocks.start..blocks.start };
         self.tree_nodes(whole.clone(), |v| self.refresh(placed, v));
-        if self.unions && placed.live_through_stale[k] {
-            let mut out = std::mem::take(&mut placed.live_through[k]);
-            union_of(&placed.through[k], &placed.super_through[k / SUPER], &mut out);
-            placed.live_through[k] = out;
-            placed.live_through_stale[k] = false;
-        }
         let placed = &*placed;
         let s = self.shift;
         let list = self.list(placed, k);
         let Scratch { buf, tmp, bounds, next_bounds } = scratch;
-        // The runs live through the window: its own and its group's.
-        let through: &[(i64, i64)] = if self.unions { &placed.live_through[k] } else { &[] };
+        // The runs live through the window: its own and (few, long-lived) its group's.
+        let (through, group) = match self.unions {
+            true => (placed.pool.get(placed.through[k]), placed.pool.get(placed.super_through[k / SUPER])),
+            false => (&[][..], &[][..]),
+        };
         // A free chunk of exactly the size needed can't be beaten (only a strictly smaller
         // one replaces the best): the walks stop there.
-        if blocks.is_empty() && list.len() > FILTER_FIRST * through.len() {
+        if blocks.is_empty() && group.is_empty() && list.len() > FILTER_FIRST * through.len() {
             // A long list and few runs: the list's entries kept, merged with the runs as they
             // come.
             let (mut x, mut y) = (0, 0);
@@ -1332,17 +1305,24 @@ impl Layout {
         bounds.push(0);
         push_run(buf, bounds, list, s, |e| (e.rel_slot() < hi) & (e.rel_upto() > lo));
         if blocks.is_empty() {
-            // The query ends within its window (most do): the kept chunks and the runs, as
-            // they lie.
-            return walk_two(walk, buf, through);
+            // The query ends within its window (most do): the kept chunks (with the group's
+            // runs merged in) and the window's runs.
+            if group.is_empty() {
+                return walk_two(walk, buf, through);
+            }
+            tmp.resize(buf.len() + group.len(), (0, 0));
+            merge_into(buf, group, tmp);
+            return walk_two(walk, tmp, through);
         }
-        if !through.is_empty() {
-            buf.extend_from_slice(through);
-            bounds.push(buf.len());
+        for runs in [through, group] {
+            if !runs.is_empty() {
+                buf.extend_from_slice(runs);
+                bounds.push(buf.len());
+            }
         }
         self.tree_nodes(whole.clone(), |v| {
             if !placed.unions[v].is_empty() {
-                buf.extend_from_slice(&placed.unions[v]);
+                buf.extend_from_slice(placed.pool.get(placed.unions[v]));
                 bounds.push(buf.len());
             }
         });
@@ -1438,7 +1418,7 @@ fn push_run<C: Chunk>(buf: &mut Vec<(i64, i64)>, bounds: &mut Vec<usize>, list: 
 /// `a` and `b` (sorted by offset) merged into `out` (as long as both), without branches on
 /// the data.
 #[inline]
-fn merge_into(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut [(i64, i64)]) {
+pub(super) fn merge_into(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut [(i64, i64)]) {
     let (mut x, mut y) = (0, 0);
     while x < a.len() && y < b.len() {
         let (p, q) = (a[x], b[y]);
@@ -1450,47 +1430,6 @@ fn merge_into(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut [(i64, i64)]) {
     let at = x + y;
     let rest = if x < a.len() { &a[x..] } else { &b[y..] };
     out[at..at + rest.len()].copy_from_slice(rest);
-}
-
-/// Adds `[offset, end)` to `runs` (disjoint, not touching, by offset), merging the runs it
-/// overlaps or touches: the union of the chunks, which is all the free-chunk walk depends on
-/// (a chunk starting where the used ones before it end lists no free chunk).
-fn union_insert(runs: &mut Vec<(i64, i64)>, offset: i64, end: i64) {
-    let first = runs.partition_point(|r| r.1 < offset);
-    // The runs it joins follow `first` (a chunk mostly joins none or one): found by a scan.
-    let mut past = first;
-    while past < runs.len() && runs[past].0 <= end {
-        past += 1;
-    }
-    if first == past {
-        runs.insert(first, (offset, end));
-    } else {
-        runs[first] = (runs[first].0.min(offset), runs[past - 1].1.max(end));
-        runs.drain(first + 1..past);
-    }
-}
-
-/// The union of `a` and `b` (runs as [`union_insert`] keeps them) into `out`.
-fn union_of(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut Vec<(i64, i64)>) {
-    out.resize(a.len() + b.len(), (0, 0));
-    merge_into(a, b, out);
-    join_runs(out);
-}
-
-/// Chunks sorted by offset joined, in place, into runs as [`union_insert`] keeps them,
-/// without branches on the data: each chunk is written after the last run, which advances
-/// unless the chunk overlaps or touches that run (then the run takes its end).
-fn join_runs(runs: &mut Vec<(i64, i64)>) {
-    let mut len = 0;
-    for i in 0..runs.len() {
-        let (o, e) = runs[i];
-        let last = runs[len.max(1) - 1];
-        let join = (len > 0) & (o <= last.1);
-        runs[len.max(1) - 1].1 = select_unpredictable(join, last.1.max(e), last.1);
-        runs[len] = (o, e);
-        len += !join as usize;
-    }
-    runs.truncate(len);
 }
 
 /// Prefetches the cache lines of `s` (a hint: nothing on other targets).
@@ -1765,22 +1704,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn unions_join_chunks_that_overlap_or_touch() {
-        let mut runs = vec![];
-        for (o, e) in [(10, 20), (30, 40), (20, 25), (50, 50), (45, 46), (0, 5), (38, 47)] {
-            union_insert(&mut runs, o, e);
-        }
-        // [10,20)+[20,25) touch; [30,40)+[45,46) bridged by [38,47); [50,50) stays apart.
-        assert_eq!(runs, vec![(0, 5), (10, 25), (30, 47), (50, 50)]);
-        let mut out = vec![];
-        union_of(&runs, &[(5, 6), (26, 30), (49, 51)], &mut out);
-        assert_eq!(out, vec![(0, 6), (10, 25), (26, 47), (49, 51)]);
-        let mut chunks = vec![(0, 3), (1, 2), (3, 4), (6, 9), (7, 8)];
-        join_runs(&mut chunks);
-        assert_eq!(chunks, vec![(0, 4), (6, 9)]);
     }
 
     #[test]

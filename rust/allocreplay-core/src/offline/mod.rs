@@ -6,6 +6,7 @@
 
 pub mod buffer_assignment;
 pub mod heap;
+mod run_pool;
 pub mod tables;
 
 use serde::Serialize;
