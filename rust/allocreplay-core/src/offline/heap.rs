@@ -45,9 +45,34 @@ pub struct BufferInterval {
     pub start: i64,
     pub end: i64,
     /// Intervals that share this one's chunk (`ShareWith` calls naming it).
-    pub colocations: Vec<u32>,
+    pub colocations: Colocations,
     /// False for intervals created by `ShareWith`: they are placed with their canonical.
     pub need_allocation: bool,
+}
+
+/// The intervals that share an interval's chunk. Most have none, which takes one word: a
+/// trace's millions of intervals are 48 bytes each, not 64 as with a `Vec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[expect(clippy::box_collection, reason = "a thin pointer: one word for the common empty case")]
+pub struct Colocations(Option<Box<Vec<u32>>>);
+
+impl Colocations {
+    pub fn push(&mut self, interval: u32) {
+        self.0.get_or_insert_default().push(interval);
+    }
+}
+
+impl std::ops::Deref for Colocations {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        self.0.as_deref().map_or(&[], |v| v)
+    }
+}
+
+impl From<Vec<u32>> for Colocations {
+    fn from(v: Vec<u32>) -> Self {
+        Colocations((!v.is_empty()).then(|| Box::new(v)))
+    }
 }
 
 /// Records the calls of `HeapSimulator` on its heap algorithm.
@@ -91,7 +116,7 @@ impl HeapBuilder {
         let idx = self.intervals.len() as u32;
         *self.slot(buffer) = idx;
         let start = self.current_time;
-        self.intervals.push(BufferInterval { key, size, start, end: -1, colocations: Vec::new(), need_allocation: true });
+        self.intervals.push(BufferInterval { key, size, start, end: -1, colocations: Colocations::default(), need_allocation: true });
         self.current_time += 1;
     }
 
@@ -109,10 +134,10 @@ impl HeapBuilder {
         let start = self.current_time;
         if canonical == NONE {
             // Sharing with a buffer we never saw allocated: place it on its own.
-            self.intervals.push(BufferInterval { key, size, start, end: -1, colocations: Vec::new(), need_allocation: true });
+            self.intervals.push(BufferInterval { key, size, start, end: -1, colocations: Colocations::default(), need_allocation: true });
         } else {
             self.intervals[canonical as usize].colocations.push(idx);
-            self.intervals.push(BufferInterval { key, size, start, end: -1, colocations: Vec::new(), need_allocation: false });
+            self.intervals.push(BufferInterval { key, size, start, end: -1, colocations: Colocations::default(), need_allocation: false });
         }
         self.current_time += 1;
     }
@@ -131,6 +156,13 @@ impl HeapBuilder {
         }
         iv.end = self.current_time;
         self.current_time += 1;
+    }
+
+    /// [`Self::free`] with the size `buffer` was allocated with (0 for a zero-sized or unknown
+    /// buffer, which changes no live bytes).
+    pub fn free_allocated(&mut self, buffer: u32) {
+        let size = self.interval_of(buffer).map_or(0, |i| self.intervals[i as usize].size);
+        self.free(buffer, size);
     }
 
     fn stats_alloc(&mut self, size: i64) {
@@ -277,7 +309,7 @@ impl<'a> Planner<'a> {
             stack.clear();
             stack.push(i as u32);
             while let Some(item) = stack.pop() {
-                for &c in &iv[item as usize].colocations {
+                for &c in iv[item as usize].colocations.iter() {
                     if seen[c as usize] != i as u32 {
                         seen[c as usize] = i as u32;
                         colo.push(c);
@@ -1465,7 +1497,7 @@ mod tests {
     use super::*;
 
     fn iv(key: u64, size: i64, start: i64, end: i64) -> BufferInterval {
-        BufferInterval { key, size, start, end, colocations: vec![], need_allocation: true }
+        BufferInterval { key, size, start, end, colocations: Colocations::default(), need_allocation: true }
     }
 
     #[test]

@@ -59,13 +59,13 @@ pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineR
     let alignment = resolve_alignment(trace, alignment)?;
     let start = std::time::Instant::now();
     let a = alignment as i64;
-    let (mut b, sizes, _) = lifetimes(trace, device, a)?;
+    let (mut b, _, _) = lifetimes(trace, device, a, false)?;
     b.free_all_open();
     let (strategy, heap_size) = heap::plan_heap_size(&b.intervals, a);
     Ok(OfflineResult {
         device,
         alignment,
-        buffers: sizes.len(),
+        buffers: b.intervals.len() + b.zero_sized().len(),
         ideal_peak_bytes: b.max_live_bytes().max(0) as u64,
         offline_peak_bytes: heap_size.max(0) as u64,
         strategy: match strategy {
@@ -78,9 +78,10 @@ pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineR
 
 const NO_HANDLE: u32 = u32::MAX;
 
-/// The allocations of `device` as heap-builder calls: the builder, each handle's aligned size
-/// and the event that allocated it.
-fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, Vec<i64>, Vec<usize>)> {
+/// The allocations of `device` as heap-builder calls: the builder and, with `by_handle`, each
+/// handle's aligned size and the event that allocated it (else two empty vectors: the plan
+/// alone needs neither, and they are 16 bytes an allocation to write).
+fn lifetimes(trace: &Trace, device: i32, a: i64, by_handle: bool) -> Result<(heap::HeapBuilder, Vec<i64>, Vec<usize>)> {
     let c = trace.columns();
     let n = trace.num_events();
     // Dense handles for alloc ids: ids are dense per trace by construction (below the event
@@ -92,8 +93,9 @@ fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, V
         return Err(Error::InvalidArgument(format!("{allocs} allocations: too many to plan")));
     }
     let mut b = heap::HeapBuilder::with_capacity(allocs);
-    let mut sizes: Vec<i64> = Vec::with_capacity(allocs);
-    let mut events: Vec<usize> = Vec::with_capacity(allocs);
+    let mut sizes: Vec<i64> = Vec::with_capacity(if by_handle { allocs } else { 0 });
+    let mut events: Vec<usize> = Vec::with_capacity(if by_handle { allocs } else { 0 });
+    let mut handles = 0u32;
     for i in 0..n {
         if c.device[i] != device || !c.alloc_id_valid(i) {
             continue;
@@ -104,7 +106,8 @@ fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, V
                 // Sizes are below 2^56 (trace::check); clamp anyway so the rounding can't wrap.
                 let size = i64::try_from(c.size[i]).unwrap_or(i64::MAX / 4).min(i64::MAX / 4);
                 let size = (size + a - 1) / a * a;
-                let h = sizes.len() as u32;
+                let h = handles;
+                handles += 1;
                 let twice = match dense.get_mut(id as usize) {
                     Some(slot) => std::mem::replace(slot, h) != NO_HANDLE,
                     None => handle_of.insert(id, h).is_some(),
@@ -112,8 +115,10 @@ fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, V
                 if twice {
                     return Err(Error::Replay(format!("event {i}: allocation id {id} allocated twice")));
                 }
-                sizes.push(size);
-                events.push(i);
+                if by_handle {
+                    sizes.push(size);
+                    events.push(i);
+                }
                 b.alloc(h, id, size);
             }
             Some(Action::FreeCompleted) => {
@@ -122,7 +127,7 @@ fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, V
                     None => handle_of.remove(&id),
                 };
                 if let Some(h) = h {
-                    b.free(h, sizes[h as usize]);
+                    b.free_allocated(h);
                 }
             }
             _ => {}
@@ -136,7 +141,7 @@ fn lifetimes(trace: &Trace, device: i32, a: i64) -> Result<(heap::HeapBuilder, V
 #[doc(hidden)]
 pub fn trace_intervals(trace: &Trace, device: i32, alignment: u64) -> Result<Vec<heap::BufferInterval>> {
     let alignment = resolve_alignment(trace, alignment)?;
-    let (mut b, _, _) = lifetimes(trace, device, alignment as i64)?;
+    let (mut b, _, _) = lifetimes(trace, device, alignment as i64, false)?;
     b.free_all_open();
     Ok(b.intervals)
 }
@@ -156,7 +161,7 @@ pub struct OverCapacity {
 
 pub fn first_over_capacity(trace: &Trace, device: i32, alignment: u64, capacity: u64, planned: bool) -> Result<Option<OverCapacity>> {
     let alignment = resolve_alignment(trace, alignment)?;
-    let (mut b, sizes, events) = lifetimes(trace, device, alignment as i64)?;
+    let (mut b, sizes, events) = lifetimes(trace, device, alignment as i64, true)?;
     b.free_all_open();
     let plan = planned.then(|| heap::plan(&b.intervals, alignment as i64));
     // Live bytes before each allocation, from the intervals' (start, end) in handle order.
