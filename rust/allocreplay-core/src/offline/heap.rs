@@ -1482,13 +1482,16 @@ fn prefetch<T>(s: &[T]) {
 }
 
 /// Inserts `e` into `list` (sorted by offset but for its last, unused element), after the
-/// entries with a smaller offset: found from the end, whose entries are moved anyway.
+/// entries with a smaller offset: an insertion sort's step from the end, each entry moved as
+/// it is passed (lists are short: a call to `memmove` cost more than the moves).
 #[inline]
 fn insert_by_offset<C: Chunk>(list: &mut [C], e: C, shift: u32) {
-    let len = list.len() - 1;
     let offset = e.offset(shift);
-    let at = list[..len].iter().rposition(|x| x.offset(shift) < offset).map_or(0, |p| p + 1);
-    list.copy_within(at..len, at + 1);
+    let mut at = list.len() - 1;
+    while at > 0 && list[at - 1].offset(shift) >= offset {
+        list[at] = list[at - 1];
+        at -= 1;
+    }
     list[at] = e;
 }
 
