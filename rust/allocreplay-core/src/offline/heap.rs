@@ -534,7 +534,7 @@ fn packed_order(iv: &[BufferInterval], strategy: Strategy) -> Option<Vec<u128>> 
 enum Order {
     /// Each placement's [`Job`] gathered.
     Listed(Vec<Job>, Strategy),
-    /// [`Planner::packed_order`]'s keys: a job is its key's interval and size, and the
+    /// [`packed_order`]'s keys: a job is its key's interval and size, and the
     /// interval's slots (no colocations).
     Packed { keys: Vec<u128>, strategy: Strategy },
 }
