@@ -24,7 +24,7 @@
 
 use std::hint::select_unpredictable;
 
-use super::run_pool::{RunPool, Union};
+use super::run_pool::{merge_into, RunPool, Union};
 use crate::huge_pages;
 
 /// Which order `GlobalDecreasingSizeBestFitHeap` places intervals in (`PackingStrategy`).
@@ -1445,23 +1445,6 @@ fn push_run<C: Chunk>(buf: &mut Vec<(i64, i64)>, bounds: &mut Vec<usize>, list: 
     if end > at {
         bounds.push(end);
     }
-}
-
-/// `a` and `b` (sorted by offset) merged into `out` (as long as both), without branches on
-/// the data.
-#[inline]
-pub(super) fn merge_into(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut [(i64, i64)]) {
-    let (mut x, mut y) = (0, 0);
-    while x < a.len() && y < b.len() {
-        let (p, q) = (a[x], b[y]);
-        let first = p.0 <= q.0;
-        out[x + y] = select_unpredictable(first, p, q);
-        x += first as usize;
-        y += !first as usize;
-    }
-    let at = x + y;
-    let rest = if x < a.len() { &a[x..] } else { &b[y..] };
-    out[at..at + rest.len()].copy_from_slice(rest);
 }
 
 /// Prefetches the cache lines of `s` (a hint: nothing on other targets).

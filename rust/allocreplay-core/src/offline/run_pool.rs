@@ -28,7 +28,7 @@ impl Union {
 /// The runs of a plan's unions.
 pub(super) struct RunPool {
     runs: Vec<(i64, i64)>,
-    /// Blocks given back by unions that grew, by the log2 of their room.
+    /// Blocks given back by unions that grew, by the log2 of their room (a `u32`).
     free: Vec<Vec<u64>>,
     /// The runs of a union being built (merged before they are copied in).
     scratch: Vec<(i64, i64)>,
@@ -40,7 +40,7 @@ const FIRST_ROOM: usize = 8;
 impl RunPool {
     /// A pool expecting about `runs` runs in all.
     pub(super) fn with_capacity(runs: usize) -> Self {
-        RunPool { runs: huge_pages::with_capacity(runs), free: vec![Vec::new(); 33], scratch: Vec::new() }
+        RunPool { runs: huge_pages::with_capacity(runs), free: vec![Vec::new(); u32::BITS as usize + 1], scratch: Vec::new() }
     }
 
     /// The runs of `u`.
@@ -104,7 +104,7 @@ impl RunPool {
     pub(super) fn set_union_of(&mut self, out: &mut Union, a: Union, b: Union) {
         let mut merged = std::mem::take(&mut self.scratch);
         merged.resize(a.len as usize + b.len as usize, (0, 0));
-        super::heap::merge_into(self.get(a), self.get(b), &mut merged);
+        merge_into(self.get(a), self.get(b), &mut merged);
         join_runs(&mut merged);
         self.set(out, &merged);
         self.scratch = merged;
@@ -128,6 +128,23 @@ impl RunPool {
         self.runs[start..start + runs.len()].copy_from_slice(runs);
         out.len = runs.len() as u32;
     }
+}
+
+/// `a` and `b` (sorted by offset) merged into `out` (as long as both), without branches on
+/// the data.
+#[inline]
+pub(super) fn merge_into(a: &[(i64, i64)], b: &[(i64, i64)], out: &mut [(i64, i64)]) {
+    let (mut x, mut y) = (0, 0);
+    while x < a.len() && y < b.len() {
+        let (p, q) = (a[x], b[y]);
+        let first = p.0 <= q.0;
+        out[x + y] = std::hint::select_unpredictable(first, p, q);
+        x += first as usize;
+        y += !first as usize;
+    }
+    let at = x + y;
+    let rest = if x < a.len() { &a[x..] } else { &b[y..] };
+    out[at..at + rest.len()].copy_from_slice(rest);
 }
 
 /// Chunks sorted by offset joined, in place, into runs as [`RunPool::insert`] keeps them,
