@@ -6,7 +6,7 @@ VENV ?= .venv
 VENV_ABS := $(abspath $(VENV))
 PY := $(VENV_ABS)/bin/python
 
-.PHONY: test test-rust test-python venv develop wheel bench lint format fuzz
+.PHONY: test test-rust test-python venv test-extras develop wheel bench lint format fuzz
 
 test: test-rust test-python
 
@@ -25,7 +25,19 @@ TEST_EXTRAS ?=
 
 venv: $(PY)
 	$(PY) -m pip install --quiet "maturin>=1.5,<2" "pytest>=7" "polars>=1.10" "pyarrow>=15" "click>=8.1" "plotly>=5" "ruff==0.17.6" "mypy==2.4.1" "hypothesis>=6.100"
-	@if [ -n "$(TEST_EXTRAS)" ]; then $(PY) -m pip install --quiet $(TEST_EXTRAS) || echo "warning: could not install $(TEST_EXTRAS): the tests that need it will be skipped"; fi
+	@if [ -n "$(TEST_EXTRAS)" ]; then $(MAKE) --no-print-directory test-extras; fi
+
+# The optional packages, without pip's cache (torch's CUDA wheels would otherwise take twice their
+# 5 GB), tried twice. Under CI=true a failure stops the run here with pip's own error and the
+# free disk, not later in pytest with only the names of the missing packages.
+test-extras: $(PY)
+	@for attempt in 1 2; do \
+		if $(PY) -m pip install --quiet --no-cache-dir $(TEST_EXTRAS) >$(VENV_ABS)/test-extras.log 2>&1; then exit 0; fi; \
+		tail -n 40 $(VENV_ABS)/test-extras.log; \
+		echo "pip install $(TEST_EXTRAS) failed (attempt $$attempt of 2); free disk:"; df -h . "$${TMPDIR:-/tmp}" || true; \
+	done; \
+	if [ "$${CI:-}" = true ]; then echo "error: could not install $(TEST_EXTRAS), which the tests need under CI=true (see pip's error above)" >&2; exit 1; fi; \
+	echo "warning: could not install $(TEST_EXTRAS): the tests that need it will be skipped"
 
 # Builds the extension (dev profile: dependencies at opt-level 2, shared with `cargo test`)
 # and installs the package into the virtualenv.
