@@ -474,9 +474,15 @@ pub fn count_timeline_requests(c: &Columns<'_>, device: i32, rows: std::ops::Ran
     let (devices, actions) = (&c.device[rows.clone()], &c.action[rows.clone()]);
     // One branch-free pass (allocs and frees are codes 0-2) over zipped slices (no bound to
     // check per row) with nothing but the count carried from row to row, so that it
-    // vectorises. Recorded OOMs, rare, are found by memchr and counted with their device and
-    // seed bit only when there are any.
-    let mut requests: usize = devices.iter().zip(actions).map(|(&d, &a)| usize::from((d == device) & (a <= last_request))).sum();
+    // vectorises: in chunks, each counted in a `u32` (a `usize` sum took 64-bit lanes, four
+    // rows a vector: 3.7 instructions a row under cachegrind). Recorded OOMs, rare, are found
+    // by memchr and counted with their device and seed bit only when there are any.
+    const CHUNK: usize = 1 << 16;
+    let mut requests: usize = devices
+        .chunks(CHUNK)
+        .zip(actions.chunks(CHUNK))
+        .map(|(d, a)| d.iter().zip(a).map(|(&d, &a)| u32::from((d == device) & (a <= last_request))).sum::<u32>() as usize)
+        .sum();
     if actions.contains(&oom) {
         requests += rows.filter(|&i| c.action[i] == oom && c.device[i] == device && !c.seed.value(i)).count();
     }
@@ -650,6 +656,35 @@ mod tests {
         let mut md = TraceMetadata::new("test");
         md.devices = vec![DeviceInfo { index: 0, ..Default::default() }, DeviceInfo { index: 1, ..Default::default() }];
         b.finish(md, FrameTable::default()).unwrap()
+    }
+
+    /// The vectorised count of timeline requests equals a row-by-row count with
+    /// [`is_timeline_request`], over ranges that cross its chunks' edges, on rows of every
+    /// action, two devices, and seed rows.
+    #[test]
+    fn count_timeline_requests_counts_row_by_row() {
+        let mut rng = crate::test_rng::XorShift64::new(0x5EED);
+        let mut b = TraceBuilder::with_capacity(200_000);
+        for i in 0..200_000u64 {
+            let x = rng.next_u64();
+            let action = Action::ALL[(x % Action::ALL.len() as u64) as usize];
+            let mut r = EventRow::new(action, 512);
+            r.alloc_id = Some(i);
+            r.addr = Some(i << 9);
+            r.device = i32::from(x.is_multiple_of(3));
+            r.seed = action == Action::Oom && (x >> 8).is_multiple_of(2);
+            b.push(&r);
+        }
+        let mut md = TraceMetadata::new("test");
+        md.devices = vec![DeviceInfo { index: 0, ..Default::default() }, DeviceInfo { index: 1, ..Default::default() }];
+        let trace = b.finish(md, FrameTable::default()).unwrap();
+        let c = trace.columns();
+        for device in [0, 1] {
+            for rows in [0..200_000, 1..65_537, 65_535..131_073, 70_000..70_000, 199_999..200_000] {
+                let want = rows.clone().filter(|&i| c.device[i] == device && is_timeline_request(c.action[i], c.seed.value(i))).count();
+                assert_eq!(count_timeline_requests(&c, device, rows.clone()), want, "device {device} rows {rows:?}");
+            }
+        }
     }
 
     /// Frees that the engine hands a policy as one call (`Policy::free_at_once`) leave the
