@@ -214,17 +214,22 @@ pub struct HeapPlan {
 /// be worth a thread, kTemporal runs on a second thread while kSpatial runs on this one (the
 /// result is the same either way).
 pub fn plan(intervals: &[BufferInterval], alignment: i64) -> HeapPlan {
-    choose_best(intervals, alignment, true)
+    choose_best(intervals, alignment, true, None)
 }
 
 /// [`plan`]'s heap size and order only (`offsets` and `chunk_sizes` left empty): what the
 /// `offline` bound reports, without writing an offset per interval.
-pub fn plan_heap_size(intervals: &[BufferInterval], alignment: i64) -> (Strategy, i64) {
-    let p = choose_best(intervals, alignment, false);
+///
+/// `max_live_bytes`: the peak of the intervals' live bytes ([`HeapBuilder::max_live_bytes`]
+/// of the builder that made them), a lower bound of any heap of intervals without
+/// colocations. On one core, a kSpatial heap that reaches it is the answer without kTemporal:
+/// kTemporal cannot be smaller, and kSpatial wins a tie.
+pub fn plan_heap_size(intervals: &[BufferInterval], alignment: i64, max_live_bytes: i64) -> (Strategy, i64) {
+    let p = choose_best(intervals, alignment, false, Some(max_live_bytes));
     (p.strategy, p.heap_size)
 }
 
-fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool) -> HeapPlan {
+fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_live_bytes: Option<i64>) -> HeapPlan {
     let parallel = intervals.len() >= PARALLEL_FROM && std::thread::available_parallelism().is_ok_and(|p| p.get() > 1);
     let (spatial, temporal) = if parallel {
         // kSpatial takes longer: its keys are sorted on the second thread while this one lays
@@ -240,7 +245,16 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool) -> H
         })
     } else {
         let planner = Planner::new(intervals, alignment);
-        (planner.run(Strategy::Spatial, offsets), planner.run(Strategy::Temporal, offsets))
+        let spatial = planner.run(Strategy::Spatial, offsets);
+        // The live bytes bound every heap only when no chunk is shared (NoFragmentationStatsHeap
+        // counts a ShareWith as an allocation of its own).
+        if let Some(bound) = max_live_bytes.filter(|_| planner.colo.is_empty()) {
+            debug_assert!(spatial.heap_size >= bound, "a heap below the live bytes");
+            if spatial.heap_size <= bound {
+                return spatial;
+            }
+        }
+        (spatial, planner.run(Strategy::Temporal, offsets))
     };
     if temporal.heap_size < spatial.heap_size {
         temporal
@@ -1549,6 +1563,42 @@ mod tests {
         assert_eq!(plan(&ivs, 1).strategy, Strategy::Spatial);
     }
 
+    /// `plan_heap_size` with the live-bytes bound (on one core: kTemporal skipped when kSpatial
+    /// reaches the bound) gives what both orders give, on random lifetimes, some of whose
+    /// kSpatial heaps reach the bound and some not.
+    #[test]
+    fn heap_size_with_the_live_bytes_bound_is_the_best_of_both_orders() {
+        let (mut at_bound, mut above) = (0, 0);
+        for seed in 1..=60u64 {
+            let mut rng = crate::test_rng::XorShift64::new(seed * 0x9E37_79B9);
+            let mut b = HeapBuilder::default();
+            let mut live: Vec<(u32, i64)> = Vec::new();
+            let keep = 1 + (seed % 12) as usize;
+            for h in 0..300u32 {
+                let x = rng.next_u64();
+                let size = 256 * (1 + (x % 64) as i64);
+                b.alloc(h, u64::from(h), size);
+                live.push((h, size));
+                while live.len() > keep || (!live.is_empty() && (x >> 40).is_multiple_of(5)) {
+                    let (f, fs) = live.swap_remove((x >> 20) as usize % live.len());
+                    b.free(f, fs);
+                }
+            }
+            b.free_all_open();
+            let (s, t) = (plan_with(&b.intervals, 256, Strategy::Spatial), plan_with(&b.intervals, 256, Strategy::Temporal));
+            let want = if t.heap_size < s.heap_size { t } else { s };
+            let bound = b.max_live_bytes();
+            assert!(want.heap_size >= bound, "seed {seed}: heap {} below the live bytes {bound}", want.heap_size);
+            if plan_with(&b.intervals, 256, Strategy::Spatial).heap_size == bound {
+                at_bound += 1;
+            } else {
+                above += 1;
+            }
+            assert_eq!(plan_heap_size(&b.intervals, 256, bound), (want.strategy, want.heap_size), "seed {seed}");
+        }
+        assert!(at_bound > 0 && above > 0, "both cases: {at_bound} at the bound, {above} above");
+    }
+
     #[test]
     fn share_with_places_colocations_in_the_canonical_chunk() {
         // HeapSimulator::ShareBuffer: an in-place user shares its operand's chunk; the group is
@@ -1593,7 +1643,7 @@ mod tests {
         b.free_all_open();
         let (s, t) = (plan_with(&b.intervals, 256, Strategy::Spatial), plan_with(&b.intervals, 256, Strategy::Temporal));
         let want = if t.heap_size < s.heap_size { t } else { s };
-        assert_eq!(plan_heap_size(&b.intervals, 256), (want.strategy, want.heap_size));
+        assert_eq!(plan_heap_size(&b.intervals, 256, b.max_live_bytes()), (want.strategy, want.heap_size));
         assert_eq!(plan(&b.intervals, 256), want);
     }
 

@@ -61,7 +61,7 @@ pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineR
     let a = alignment as i64;
     let (mut b, _, _) = lifetimes(trace, device, a, false)?;
     b.free_all_open();
-    let (strategy, heap_size) = heap::plan_heap_size(&b.intervals, a);
+    let (strategy, heap_size) = heap::plan_heap_size(&b.intervals, a, b.max_live_bytes());
     Ok(OfflineResult {
         device,
         alignment,
