@@ -371,7 +371,8 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
         (plan.alignment, plan.ideal_peak_bytes, plan.offline_peak_bytes)
     };
     let c = trace.columns();
-    let events = (0..trace.num_events()).filter(|&i| c.device[i] == device && c.action[i] <= 2).count();
+    let events =
+        c.count_actions(device, crate::trace::Action::Alloc as u8..=crate::trace::Action::FreeCompleted as u8, 0..trace.num_events());
     // Over a capacity: the first OOM is the event where the live bytes first exceed it (for
     // `offline`, when only the plan's fragmentation does, the first allocation whose chunk
     // the plan puts beyond it).

@@ -471,19 +471,10 @@ fn other_row<P: Policy + ?Sized>(policy: &mut P, st: &mut ReplayState, rows: &Ro
 pub fn count_timeline_requests(c: &Columns<'_>, device: i32, rows: std::ops::Range<usize>) -> usize {
     let (last_request, oom) = (Action::FreeCompleted as u8, Action::Oom as u8);
     debug_assert!(Action::Alloc as u8 == 0 && Action::FreeRequested as u8 == 1);
-    let (devices, actions) = (&c.device[rows.clone()], &c.action[rows.clone()]);
-    // One branch-free pass (allocs and frees are codes 0-2) over zipped slices (no bound to
-    // check per row) with nothing but the count carried from row to row, so that it
-    // vectorises: in chunks, each counted in a `u32` (a `usize` sum took 64-bit lanes, four
-    // rows a vector: 3.7 instructions a row under cachegrind). Recorded OOMs, rare, are found
-    // by memchr and counted with their device and seed bit only when there are any.
-    const CHUNK: usize = 1 << 16;
-    let mut requests: usize = devices
-        .chunks(CHUNK)
-        .zip(actions.chunks(CHUNK))
-        .map(|(d, a)| d.iter().zip(a).map(|(&d, &a)| u32::from((d == device) & (a <= last_request))).sum::<u32>() as usize)
-        .sum();
-    if actions.contains(&oom) {
+    // Allocs and frees (codes 0-2) in one vectorised pass. Recorded OOMs, rare, are found by
+    // memchr and counted with their device and seed bit only when there are any.
+    let mut requests = c.count_actions(device, 0..=last_request, rows.clone());
+    if c.action[rows.clone()].contains(&oom) {
         requests += rows.filter(|&i| c.action[i] == oom && c.device[i] == device && !c.seed.value(i)).count();
     }
     requests
@@ -658,8 +649,8 @@ mod tests {
         b.finish(md, FrameTable::default()).unwrap()
     }
 
-    /// The vectorised count of timeline requests equals a row-by-row count with
-    /// [`is_timeline_request`], over ranges that cross its chunks' edges, on rows of every
+    /// The vectorised counts of timeline requests and of actions (`Columns::count_actions`)
+    /// equal row-by-row counts (with [`is_timeline_request`]), over ranges that cross its chunks' edges, on rows of every
     /// action, two devices, and seed rows.
     #[test]
     fn count_timeline_requests_counts_row_by_row() {
@@ -683,6 +674,10 @@ mod tests {
             for rows in [0..200_000, 1..65_537, 65_535..131_073, 70_000..70_000, 199_999..200_000] {
                 let want = rows.clone().filter(|&i| c.device[i] == device && is_timeline_request(c.action[i], c.seed.value(i))).count();
                 assert_eq!(count_timeline_requests(&c, device, rows.clone()), want, "device {device} rows {rows:?}");
+                for codes in [0..=0u8, 3..=7, 9..=9] {
+                    let want = rows.clone().filter(|&i| c.device[i] == device && codes.contains(&c.action[i])).count();
+                    assert_eq!(c.count_actions(device, codes.clone(), rows.clone()), want, "device {device} rows {rows:?} codes {codes:?}");
+                }
             }
         }
     }

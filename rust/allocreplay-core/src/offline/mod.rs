@@ -88,7 +88,7 @@ fn lifetimes(trace: &Trace, device: i32, a: i64, by_handle: bool) -> Result<(hea
     // count: a vector), but be safe (any other id: a map).
     let mut dense: Vec<u32> = crate::huge_pages::filled(n, NO_HANDLE);
     let mut handle_of: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-    let allocs = (0..n).filter(|&i| c.device[i] == device && c.action[i] == Action::Alloc as u8).count();
+    let allocs = c.count_actions(device, Action::Alloc as u8..=Action::Alloc as u8, 0..n);
     if allocs >= u32::MAX as usize {
         return Err(Error::InvalidArgument(format!("{allocs} allocations: too many to plan")));
     }

@@ -80,6 +80,22 @@ impl<'a> Columns<'a> {
     pub fn alloc_ids_valid(&self, rows: std::ops::Range<usize>) -> bool {
         self.alloc_id_nulls.is_none_or(|n| n.inner().slice(rows.start, rows.len()).count_set_bits() == rows.len())
     }
+
+    /// Rows of `rows` on `device` whose action code is in `codes` (e.g. `0..=2`: the requests).
+    ///
+    /// One branch-free pass over zipped slices (no bound to check per row), summed in `u32`
+    /// per chunk of 64 K rows, so that it vectorises: a row-by-row `filter(..).count()` with
+    /// `&&` did not (3–6 instructions a row; every replay counts its events this way).
+    pub fn count_actions(&self, device: i32, codes: std::ops::RangeInclusive<u8>, rows: std::ops::Range<usize>) -> usize {
+        const CHUNK: usize = 1 << 16;
+        let (lo, hi) = (*codes.start(), *codes.end());
+        let (devices, actions) = (&self.device[rows.clone()], &self.action[rows]);
+        devices
+            .chunks(CHUNK)
+            .zip(actions.chunks(CHUNK))
+            .map(|(d, a)| d.iter().zip(a).map(|(&d, &a)| u32::from((d == device) & (a >= lo) & (a <= hi))).sum::<u32>() as usize)
+            .sum()
+    }
 }
 
 impl Trace {
