@@ -11,7 +11,7 @@ use arrow_schema::{DataType, Field, Schema};
 use crate::engine::{replay_device_hooked, DeviceReplay, DeviceReplayer, FirstOom, Hooks, ReplayOptions};
 use crate::error::{Error, Result};
 use crate::policy::{self, Policy, PolicyContext};
-use crate::trace::{MappedTrace, Trace, TraceMetadata};
+use crate::trace::{Action, MappedTrace, Trace, TraceMetadata};
 use crate::units::Capacity;
 
 /// What to replay and what to keep.
@@ -371,8 +371,7 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
         (plan.alignment, plan.ideal_peak_bytes, plan.offline_peak_bytes)
     };
     let c = trace.columns();
-    let events =
-        c.count_actions(device, crate::trace::Action::Alloc as u8..=crate::trace::Action::FreeCompleted as u8, 0..trace.num_events());
+    let events = c.count_actions(device, Action::Alloc as u8..=Action::FreeCompleted as u8, 0..trace.num_events());
     // Over a capacity: the first OOM is the event where the live bytes first exceed it (for
     // `offline`, when only the plan's fragmentation does, the first allocation whose chunk
     // the plan puts beyond it).
