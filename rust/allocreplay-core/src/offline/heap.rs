@@ -254,7 +254,12 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
                 return spatial;
             }
         }
-        (spatial, planner.run(Strategy::Temporal, offsets))
+        // kTemporal wins only with a smaller heap: it stops once its heap reaches kSpatial's
+        // (on the generate captures, about two thirds of the way through its placements).
+        match planner.run_below(Strategy::Temporal, offsets, spatial.heap_size) {
+            Some(temporal) => (spatial, temporal),
+            None => return spatial,
+        }
     };
     if temporal.heap_size < spatial.heap_size {
         temporal
@@ -370,6 +375,12 @@ impl<'a> Planner<'a> {
         self.run_in(self.order(strategy, packed_order(self.iv, strategy)), offsets)
     }
 
+    /// [`Planner::run`], given up (`None`) as soon as the heap reaches `stop_at`: a plan that
+    /// only wins with a smaller heap than one already made is not worth finishing.
+    fn run_below(&self, strategy: Strategy, offsets: bool, stop_at: i64) -> Option<HeapPlan> {
+        self.run_in_below(self.order(strategy, packed_order(self.iv, strategy)), offsets, stop_at)
+    }
+
     /// The order `strategy` places in: its packed keys when [`packed_order`] gave them.
     fn order(&self, strategy: Strategy, packed: Option<Vec<u128>>) -> Order {
         match packed {
@@ -380,12 +391,17 @@ impl<'a> Planner<'a> {
 
     /// The plan of placing in `order`.
     fn run_in(&self, order: Order, offsets: bool) -> HeapPlan {
+        self.run_in_below(order, offsets, i64::MAX).expect("no heap reaches i64::MAX")
+    }
+
+    /// The plan of placing in `order`, or `None` once the heap reaches `stop_at`.
+    fn run_in_below(&self, order: Order, offsets: bool, stop_at: i64) -> Option<HeapPlan> {
         if self.layout.compact_slots() {
-            if let Ok(plan) = self.place::<Compact>(&order, offsets) {
+            if let Ok(plan) = self.place::<Compact>(&order, offsets, stop_at) {
                 return plan;
             }
         }
-        self.place::<Wide>(&order, offsets).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
+        self.place::<Wide>(&order, offsets, stop_at).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
     }
 
     /// `GetSortedBufferIntervals` + `buffer_interval_compare_`: what each placement reads of its
@@ -432,8 +448,9 @@ impl<'a> Planner<'a> {
     }
 
     /// Places the intervals in `order` with list entries of type `C`; `offsets`: whether to
-    /// keep each one's offset and chunk size (colocations need them anyway).
-    fn place<C: Chunk>(&self, order: &Order, offsets: bool) -> Result<HeapPlan, DoesNotFit> {
+    /// keep each one's offset and chunk size (colocations need them anyway). `Ok(None)`: the
+    /// heap reached `stop_at` (placing stopped there).
+    fn place<C: Chunk>(&self, order: &Order, offsets: bool, stop_at: i64) -> Result<Option<HeapPlan>, DoesNotFit> {
         let at = &self.layout.at[..];
         let n = if offsets || !self.colo.is_empty() { self.iv.len() } else { 0 };
         let mut placed = Placed::<C>::new(&self.layout);
@@ -470,6 +487,9 @@ impl<'a> Planner<'a> {
             let offset = self.find_chunk_candidate(&mut placed, &mut scratch, job);
             // CommitChunkAndInterval: the chunk of the largest colocation, for all of them.
             heap_size = heap_size.max(offset + max_colocation_size);
+            if heap_size >= stop_at {
+                return Ok(None);
+            }
             let colocations = if job.colocated { self.colocations(i) } else { &[] };
             for c in std::iter::once(i).chain(colocations.iter().map(|&c| c as usize)) {
                 if !done.is_empty() {
@@ -488,7 +508,7 @@ impl<'a> Planner<'a> {
                 self.layout.add(&mut placed, a, offset, max_colocation_size)?;
             }
         }
-        Ok(HeapPlan { strategy: order.strategy(), heap_size, offsets, chunk_sizes })
+        Ok(Some(HeapPlan { strategy: order.strategy(), heap_size, offsets, chunk_sizes }))
     }
 
     /// `MakeFreeChunksList` + `FindUnslicedChunkCandidates` (kBestFit, no preferred offset):
@@ -1595,8 +1615,24 @@ mod tests {
                 above += 1;
             }
             assert_eq!(plan_heap_size(&b.intervals, 256, bound), (want.strategy, want.heap_size), "seed {seed}");
+            // With offsets (and kTemporal given up once its heap reaches kSpatial's).
+            assert_eq!(plan(&b.intervals, 256), want, "seed {seed}");
         }
         assert!(at_bound > 0 && above > 0, "both cases: {at_bound} at the bound, {above} above");
+    }
+
+    /// `run_below` gives the whole plan when the heap stays below `stop_at`, and nothing once
+    /// it reaches it.
+    #[test]
+    fn run_below_stops_when_the_heap_reaches_its_limit() {
+        let ivs = [iv(0, 100, 0, 1), iv(1, 50, 0, 9), iv(2, 50, 0, 9), iv(3, 60, 2, 3)];
+        let planner = Planner::new(&ivs, 1);
+        for strategy in [Strategy::Spatial, Strategy::Temporal] {
+            let full = plan_with(&ivs, 1, strategy);
+            assert_eq!(planner.run_below(strategy, true, full.heap_size + 1).as_ref(), Some(&full));
+            assert_eq!(planner.run_below(strategy, true, full.heap_size), None);
+            assert_eq!(planner.run_below(strategy, false, 1), None);
+        }
     }
 
     #[test]
