@@ -212,7 +212,8 @@ pub struct HeapPlan {
 ///
 /// The two orders share nothing they write: with more than one core and enough intervals to
 /// be worth a thread, kTemporal runs on a second thread while kSpatial runs on this one (the
-/// result is the same either way).
+/// result is the same either way). On one thread kTemporal runs second and stops once its heap
+/// reaches kSpatial's, where it can no longer win.
 pub fn plan(intervals: &[BufferInterval], alignment: i64) -> HeapPlan {
     choose_best(intervals, alignment, true, None)
 }
