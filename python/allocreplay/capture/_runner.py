@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass, field
 
 from allocreplay.capture import _hook
@@ -23,7 +24,7 @@ from allocreplay.capture._convert import Outcome, convert, keep_xla_dump
 from allocreplay.errors import CaptureError
 
 HOOK_PACKAGE = "_allocreplay_capture"
-HOOK_FILES = ("_hook.py", "_pytorch.py", "_jax.py", "_tf.py", "_nogpu.py", "_nogpu_extras.py", "_cudnn_h200.json.xz")
+HOOK_FILES = ("_hook.py", "_pytorch.py", "_jax.py", "_tf.py", "_nogpu.py", "_nogpu_extras.py", "_devices.py", "_tags.py", "_cudnn_h200.json.xz")
 XLA_DUMP_FLAGS = ("--xla_dump_hlo_as_proto", "--xla_dump_hlo_as_text")
 
 SITECUSTOMIZE = f"""\
@@ -139,8 +140,9 @@ def hook_dir() -> str:
     return d
 
 
-def child_env(hook: str, config: _hook.Config, framework: str, xla_dump: str) -> dict[str, str]:
+def child_env(hook: str, config: _hook.Config, framework: str, xla_dump: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(extra or {})
     env["PYTHONPATH"] = hook + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[_hook.ENV_CONFIG] = config.to_json()
     if framework in ("auto", "jax"):
@@ -151,10 +153,18 @@ def child_env(hook: str, config: _hook.Config, framework: str, xla_dump: str) ->
     return env
 
 
-def run_child(command: list[str], env: dict[str, str]) -> int:
+def run_child(command: list[str], env: dict[str, str], log: str | None = None, cwd: str | None = None) -> int:
     """Runs the command; Ctrl-C reaches the child (same terminal process group), which then ends
-    and dumps its capture, while this process waits for it; SIGTERM is passed on."""
-    proc = subprocess.Popen(command, env=env)
+    and dumps its capture, while this process waits for it; SIGTERM is passed on. ``log``: the
+    child's stdout and stderr go to that file (``fit`` runs several at once); then, and off the
+    main thread, this process's signal handlers are left alone (Ctrl-C still reaches the child
+    through the process group)."""
+    if log is not None or threading.current_thread() is not threading.main_thread():
+        with open(log or os.devnull, "wb") as out:
+            proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd)
+            rc = proc.wait()
+        return 128 - rc if rc < 0 else rc
+    proc = subprocess.Popen(command, env=env, cwd=cwd)
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def forward(signum: int, _frame: object) -> None:
@@ -207,9 +217,14 @@ def run(
     stacks: str = "python",
     keep_raw: bool = False,
     no_gpu: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    log: str | None = None,
+    cwd: str | None = None,
 ) -> Result:
     """``no_gpu``: run without a GPU (``{"device": "h200" or a size, "unknown": "error" or
-    "zero"}``, see ``_nogpu``); None records the real GPU run."""
+    "zero"}``, see ``_nogpu``); None records the real GPU run. ``env``: variables set for the
+    command on top of this process's; ``log``: a file for the command's stdout and stderr
+    (default: this process's); ``cwd``: where the command runs."""
     if framework not in ("auto", *_hook.FRAMEWORKS):
         raise CaptureError(f"unknown framework {framework!r}: expected auto, pytorch, jax or tf")
     check_no_gpu(no_gpu, framework)
@@ -236,10 +251,10 @@ def run(
     config = _hook.Config(os.path.abspath(raw_dir), [framework], max_entries, stacks, no_gpu)
     result = Result(exit_code=0, raw_dir=raw_dir if keep_raw else None)
     try:
-        env = child_env(hook, config, framework, raw_dump)
+        child = child_env(hook, config, framework, raw_dump, env)
         if no_gpu is not None:
-            env = no_gpu_env(env, hook)
-        rc = run_child(command, env)
+            child = no_gpu_env(child, hook)
+        rc = run_child(command, child, log, cwd)
         result.exit_code = rc
         result.xla_dump = keep_xla_dump(raw_dump, stem + ".xla_dump")
         outcome = convert(raw_dir, out, keep_raw=keep_raw, xla_dump=result.xla_dump)

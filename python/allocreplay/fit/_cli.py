@@ -1,0 +1,224 @@
+"""``allocreplay fit``: the command line of :func:`allocreplay.fit.fit`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import click
+
+from allocreplay import _core
+
+EPILOG = """\b
+Examples:
+  allocreplay fit --device a100-40gb --vary batch_size=1:1024 -- python train.py --batch-size {batch_size}
+  allocreplay fit --capacity 24GiB --vary seq_len=128:16384 --step 128 -- python train.py --seq {seq_len}
+  allocreplay fit --device h100-80gb --vary seq_len=1024,2048,4096 --vary batch_size=1:256 -- python train.py --seq {seq_len} --bs {batch_size}
+"""
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else _core.format_bytes(int(n))
+
+
+def _table(rows: list[list[str]], header: list[str], left: set[int]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def fmt(r: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)])
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise click.BadParameter(f"{text!r}: expected NAME=VALUE", param_hint="--env")
+    return name, value
+
+
+@click.command("fit", epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--device", metavar="NAME", help="The card to fit on (`allocreplay devices` lists them): its memory less the CUDA context's share. Default: h200."
+)
+@click.option(
+    "-c",
+    "--capacity",
+    metavar="SIZE",
+    help="The limit instead of the device's usable memory: bytes or a size (24GiB), as set_per_process_memory_fraction would set it.",
+)
+@click.option(
+    "--vary",
+    "vary",
+    multiple=True,
+    required=True,
+    metavar="NAME=LO:HI",
+    help="A parameter to vary: NAME=LO:HI (searched: ×2 up, then bisection) or NAME=V1,V2,... (all tried). Several make a grid; the last is searched at each combination of the others. {NAME} in the command takes the value.",
+)
+@click.option("--values", metavar="V1,V2,...", help="Try exactly these values of the (last) --vary parameter.")
+@click.option("--step", type=click.IntRange(min=1), help="Search on multiples of STEP from LO instead of on every integer.")
+@click.option(
+    "-s",
+    "--setting",
+    "settings",
+    multiple=True,
+    metavar="SPEC",
+    help="Also replay under this allocator setting (pytorch:expandable_segments:True); repeatable. The defaults are always replayed.",
+)
+@click.option("--no-tune", is_flag=True, help="Do not search for the best setting (`tune`) at each candidate.")
+@click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="A variable for the command ({NAME} substituted); repeatable.")
+@click.option("--gpu", is_flag=True, help="Capture on this machine's GPU instead of without one (--no-gpu, the default).")
+@click.option("--no-gpu", "no_gpu", is_flag=True, help="Capture without a GPU (the default).")
+@click.option(
+    "--unknown-values",
+    type=click.Choice(["zero", "error"]),
+    default="zero",
+    show_default=True,
+    help="Values computed on the GPU that the CPU run reads (.item(), a generate loop's stopping test): read as zeros and counted, or stop with an error.",
+)
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Candidates captured at once.")
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local processes, or tasks on a Ray cluster (pip install 'allocreplay[ray]').",
+)
+@click.option("--address", metavar="ADDR", help="With --backend ray: the cluster (default: a running one, else a local one).")
+@click.option("--cache-dir", metavar="DIR", help="Where captures are kept (default: ~/.cache/allocreplay/fit).")
+@click.option("--no-cache", is_flag=True, help="Capture every candidate again.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: answer, largest, rows, frontier, breakdown, monotonicity_breaks.")
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(dir_okay=False, path_type=str),
+    metavar="FIT.html",
+    help="Also write an HTML page: memory against the value, one curve per setting, the device's line (needs plotly).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
+def fit_cmd(
+    device: str | None,
+    capacity: str | None,
+    vary: tuple[str, ...],
+    values: str | None,
+    step: int | None,
+    settings: tuple[str, ...],
+    no_tune: bool,
+    env: tuple[str, ...],
+    gpu: bool,
+    no_gpu: bool,
+    unknown_values: str,
+    jobs: int,
+    backend: str,
+    address: str | None,
+    cache_dir: str | None,
+    no_cache: bool,
+    as_json: bool,
+    out: str | None,
+    quiet: bool,
+    command: tuple[str, ...],
+) -> None:
+    """The largest batch size (sequence length, or any integer COMMAND takes) that fits a GPU,
+    found without that GPU: COMMAND is captured once per candidate with --no-gpu ({NAME}
+    replaced by the value), and each trace replayed at the device's usable memory under the
+    default caching allocator, the --setting's, and the best setting `tune` finds."""
+    from allocreplay.fit import fit
+    from allocreplay.fit._search import parse_values
+
+    if gpu and no_gpu:
+        raise click.UsageError("--gpu and --no-gpu exclude each other")
+    if out is not None:
+        from allocreplay.report import _plotly
+
+        _plotly()
+        parent = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(parent):
+            raise click.UsageError(f"{out}: directory {parent} does not exist")
+    env_map = dict(_env_pair(e) for e in env)
+    vals = list(parse_values(values, "--values")) if values else None
+    started = time.monotonic()
+
+    def say(msg: str) -> None:
+        if not quiet:
+            click.echo(f"fit [{time.monotonic() - started:6.1f} s] {msg}", err=True)
+
+    result = fit(
+        list(command),
+        list(vary),
+        device=device,
+        capacity=capacity,
+        settings=settings,
+        tune=not no_tune,
+        values=vals,
+        step=step,
+        env=env_map,
+        gpu=gpu,
+        unknown_values=unknown_values,
+        jobs=jobs,
+        backend=backend,
+        address=address,
+        cache_dir=cache_dir,
+        use_cache=not no_cache,
+        progress=say,
+    )
+    if out is not None:
+        from allocreplay.fit._html import write_html
+
+        write_html(result, out, title=" ".join(command))
+        click.echo(f"{out}: written", err=True)
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+        return
+    click.echo(result.answer)
+    click.echo(f"limit: {result.capacity_bytes:,} bytes ({_gib(result.capacity_bytes)}): {result.capacity_how}")
+    t = result.table
+    if len(t):
+        names = result.parameters
+        header = [*names, "setting", "fits", "peak reserved", "margin", "retries", "peak allocated", "capture s"]
+        rows = []
+        for r in t.iter_rows(named=True):
+            label = {"pytorch": "defaults"}.get(r["setting"], "")
+            if r["setting"] == "tuned":
+                label = "tuned: " + (r["env"] or "(defaults)")
+            elif not label:
+                label = r["env"] or r["setting"]
+            rows.append(
+                [
+                    *(str(r[n]) for n in names),
+                    label,
+                    "yes" if r["fits"] else ("error" if r["error"] else "NO"),
+                    _gib(r["peak_reserved_bytes"]),
+                    "-" if r["margin_bytes"] is None else (_gib(r["margin_bytes"]) if r["margin_bytes"] >= 0 else "-" + _gib(-r["margin_bytes"])),
+                    "-" if r["num_alloc_retries"] is None else f"{r['num_alloc_retries']:,}",
+                    _gib(r["peak_allocated_bytes"]),
+                    "cached" if r["cached"] else f"{r['capture_seconds']:.1f}",
+                ]
+            )
+        click.echo("")
+        click.echo(_table(rows, header, {len(names)}))
+    if result.breakdown is not None and result.breakdown_at is not None:
+        at = ", ".join(f"{k}={v}" for k, v in result.breakdown_at.items())
+        click.echo("")
+        click.echo(f"why {at} does not fit with the defaults: its memory at the peak, by category")
+        b = result.breakdown
+        rows = [
+            [str(r["category"]), _gib(r["bytes"]), "-" if r.get("share") is None else f"{r['share']:.1%}", str(r.get("how_tagged") or "")]
+            for r in b.iter_rows(named=True)
+        ]
+        click.echo(_table(rows, ["category", "bytes", "share", "how tagged"], {0, 3}))
+    for brk in result.monotonicity_breaks:
+        lo = ", ".join(f"{k}={v}" for k, v in brk["does_not_fit"].items())
+        hi = ", ".join(f"{k}={v}" for k, v in brk["fits"].items())
+        click.echo(f"warning: not monotonic ({brk['setting']}): {hi} fits but {lo} does not; the answer stops below the first failure", err=True)
+    if result.values_guessed:
+        click.echo(
+            f"note: the CPU runs read {result.values_guessed:,} value(s) computed on the GPU as zeros (--unknown-values zero); "
+            "right for loops whose stopping test never fires on a random model, wrong where values steer memory (mixture-of-experts routing). "
+            "Where: the trace metadata's extra.capture.no_gpu.values_read_as_zeros",
+            err=True,
+        )
+    sys.stdout.flush()
