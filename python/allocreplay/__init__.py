@@ -11,6 +11,7 @@
 
 from allocreplay import errors
 from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc, validate_reports, xla_runtime
+from allocreplay._catalogue import devices
 from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, BfcValidationReport, PolicyInfo, PolicyOption, TraceInfo, ValidationReport, __version__, policies
 from allocreplay._tune import tune
 from allocreplay.capture import Capture, capture
@@ -54,6 +55,7 @@ __all__ = [
     "ValidationReport",
     "__version__",
     "capture",
+    "devices",
     "errors",
     "load",
     "offline",

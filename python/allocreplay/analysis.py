@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "State",
+    "breakdown",
     "call_sites",
     "compare",
     "diff",
@@ -42,6 +43,7 @@ __all__ = [
     "oom",
     "segments",
     "state",
+    "storage_tags",
     "top_call_sites",
 ]
 
@@ -167,6 +169,106 @@ def top_call_sites(
         .sort(["device", "bytes", "call_site"], descending=[False, True, False], nulls_last=True)
     )
     return out.group_by("policy", "device", maintain_order=True).head(n) if n is not None else out
+
+
+UNTAGGED = "untagged"
+ALLOCATOR_CACHE = "allocator_cache"
+_TAG_ORDER = ("parameters", "buffers", "gradients", "optimizer_state", "activations")
+_HOW_UNTAGGED = "the trace carries no storage tags: every live allocation"
+_HOW_CACHE = "reserved bytes that no live allocation holds: the allocator's cache and fragmentation (reserved - the live allocations' blocks)"
+
+
+def storage_tags(trace: Trace | str | os.PathLike[str]) -> pl.DataFrame | None:
+    """The storage tags a capture recorded (``metadata["extra"]["capture"]["storage_tags"]``,
+    written by ``allocreplay capture --no-gpu``), one row per category in the capture's order:
+    ``category``, ``how_tagged``, ``addrs`` (list of the tagged allocations' addresses: the
+    ``addr`` of their ``alloc`` events), ``rest`` (true for the category of every allocation in
+    no list: ``activations``). None: the trace carries no tags."""
+    t = _trace(trace)
+    tags = ((t.metadata.get("extra") or {}).get("capture") or {}).get("storage_tags")
+    if not isinstance(tags, dict) or tags.get("keyed_by") != "addr" or not isinstance(tags.get("categories"), dict):
+        return None
+    rest = tags.get("rest")
+    given = tags["categories"]
+    order = [c for c in tags.get("order") or _TAG_ORDER if c in given]
+    cats = {c: given[c] for c in [*order, *sorted(set(given) - set(order))]}
+    return pl.DataFrame(
+        {
+            "category": list(cats),
+            "how_tagged": [str(c.get("how", "")) for c in cats.values()],
+            "addrs": [[int(a) for a in c.get("addrs", [])] for c in cats.values()],
+            "rest": [name == rest for name in cats],
+        },
+        schema={"category": pl.String, "how_tagged": pl.String, "addrs": pl.List(pl.UInt64), "rest": pl.Boolean},
+    )
+
+
+def breakdown(trace: Trace | str | os.PathLike[str], policy: str = "pytorch", *, at: str | int = "peak", capacity: str | float | None = None) -> pl.DataFrame:
+    """What the memory ``policy`` reserves at ``at`` (default: its peak of reserved bytes) is
+    made of, by category: for a capture that tags its storages (``allocreplay capture
+    --no-gpu``: see :func:`storage_tags`) ``parameters``, ``buffers``, ``gradients``,
+    ``optimizer_state`` and ``activations`` (the rest: activations and temporaries); for any
+    other trace ``untagged`` (every live allocation); then ``allocator_cache``: the reserved
+    bytes no live allocation holds (the allocator's cache and fragmentation). The rows of a
+    device sum to its reserved bytes.
+
+    Columns: ``policy``, ``device``, ``event``, ``category``, ``bytes`` (blocks held by the
+    category's live allocations; for ``allocator_cache``: reserved − those blocks),
+    ``requested_bytes`` (what the program asked for; 0 for ``allocator_cache``),
+    ``allocations`` (live allocations), ``share`` (of the device's reserved bytes; null when
+    nothing is reserved), ``how_tagged``."""
+    t = _trace(trace)
+    st = state(t, policy, at=at, capacity=capacity)
+    tags = storage_tags(t)
+    live = st.live.select("policy", "device", "event", "alloc_event", "size", "requested_bytes")
+    if tags is None:
+        cats = pl.DataFrame({"category": [UNTAGGED], "how_tagged": [_HOW_UNTAGGED]})
+        live = live.with_columns(category=pl.lit(UNTAGGED))
+    else:
+        cats = tags.select("category", "how_tagged")
+        rest = tags.filter(pl.col("rest"))["category"]
+        rest_name = rest[0] if rest.len() else UNTAGGED
+        if not rest.len():
+            cats = pl.concat([cats, pl.DataFrame({"category": [UNTAGGED], "how_tagged": ["allocations in no category's list"]})])
+        by_addr = tags.select("category", "addrs").explode("addrs").drop_nulls("addrs").rename({"addrs": "trace_addr"}).unique("trace_addr", keep="first")
+        # The trace's address of each live allocation: that of its alloc event.
+        alloc_rows = live.select("alloc_event").drop_nulls().unique()
+        addr_of = (
+            t.events.select(pl.col("addr").alias("trace_addr"))
+            .with_row_index("alloc_event")
+            .with_columns(pl.col("alloc_event").cast(pl.UInt64))
+            .join(alloc_rows, on="alloc_event", how="semi")
+        )
+        live = (
+            live.join(addr_of, on="alloc_event", how="left")
+            .join(by_addr, on="trace_addr", how="left")
+            .with_columns(pl.col("category").fill_null(rest_name))
+            .drop("trace_addr")
+        )
+    order = pl.concat([cats, pl.DataFrame({"category": [ALLOCATOR_CACHE], "how_tagged": [_HOW_CACHE]})]).with_row_index("order")
+    per = live.group_by("device", "category").agg(
+        bytes=pl.col("size").sum().cast(pl.UInt64),
+        requested_bytes=pl.col("requested_bytes").sum().cast(pl.UInt64),
+        allocations=pl.len().cast(pl.UInt32),
+    )
+    held = live.group_by("device").agg(held=pl.col("size").sum().cast(pl.Int64))
+    devices = st.summary.select("policy", "device", "event", "reserved_bytes")
+    cache = devices.join(held, on="device", how="left").select(
+        "device",
+        category=pl.lit(ALLOCATOR_CACHE),
+        bytes=(pl.col("reserved_bytes").cast(pl.Int64) - pl.col("held").fill_null(0)).clip(lower_bound=0).cast(pl.UInt64),
+        requested_bytes=pl.lit(0, dtype=pl.UInt64),
+        allocations=pl.lit(0, dtype=pl.UInt32),
+    )
+    rows = pl.concat([per, cache], how="vertical_relaxed")
+    out = (
+        devices.join(order, how="cross")
+        .join(rows, on=["device", "category"], how="left")
+        .with_columns(pl.col("bytes", "requested_bytes").fill_null(0), pl.col("allocations").fill_null(0))
+        .with_columns(share=pl.when(pl.col("reserved_bytes") > 0).then(pl.col("bytes") / pl.col("reserved_bytes")).otherwise(None))
+        .sort("device", "order")
+    )
+    return out.select("policy", "device", "event", "category", "bytes", "requested_bytes", "allocations", "share", "how_tagged")
 
 
 def segments(trace: Trace | str | os.PathLike[str], policy: str = "pytorch", *, at: str | int = "peak", capacity: str | float | None = None) -> pl.DataFrame:

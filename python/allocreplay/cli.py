@@ -918,6 +918,54 @@ def compare_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_
         click.echo("  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip())
 
 
+@cli.command("breakdown")
+@click.argument("trace")
+@_policies_option
+@_capacity_option
+@click.option("--at", "at", default="peak", show_default=True, metavar="WHEN", help="peak, peak_allocated, oom, end, or an event index.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy, device and category.")
+@_meta_option
+@_quiet_option
+def breakdown_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, at: str, as_json: bool, meta: str | None, quiet: bool) -> None:
+    """What the memory each policy reserves at its peak (or --at) is made of: parameters,
+    buffers, gradients, optimizer state, activations and temporaries (for a capture that tags
+    its storages: `capture --no-gpu`; otherwise `untagged`), and the allocator's cache and
+    fragmentation (reserved bytes no live allocation holds)."""
+    from allocreplay import analysis
+
+    if capacity is not None:
+        _core.parse_capacity(capacity)
+    t = _load(trace, meta, None, quiet)
+    frames = []
+    for spec in list(policies) or ["pytorch"]:
+        with _Progress(f"replaying under {spec}", quiet):
+            frames.append(analysis.breakdown(t, spec, at=int(at) if at.isdigit() else at, capacity=capacity))
+    if as_json:
+        click.echo(json.dumps([r for f in frames for r in f.to_dicts()]))
+        return
+    for k, f in enumerate(frames):
+        if k:
+            click.echo("")
+        if f.is_empty():
+            click.echo(f"{trace}: {(list(policies) or ['pytorch'])[k]}: no event matches --at {at}")
+            continue
+        for (device,), g in f.group_by("device", maintain_order=True):
+            r0 = g.row(0, named=True)
+            when = "" if at.isdigit() else f" ({at})"
+            click.echo(f"{trace}: {r0['policy']}, device {device}, at event {r0['event']:,}{when}: {_gib(int(g['bytes'].sum()))} reserved")
+            rows = [
+                [
+                    r["category"],
+                    _gib(r["bytes"]),
+                    "-" if r["share"] is None else f"{r['share']:.1%}",
+                    f"{r['allocations']:,}",
+                    r["how_tagged"],
+                ]
+                for r in g.iter_rows(named=True)
+            ]
+            click.echo(_table(rows, ["category", "bytes", "share", "allocations", "how tagged"], text_columns=(0, 4)))
+
+
 @cli.command("report")
 @click.argument("trace")
 @_policies_option
@@ -987,6 +1035,49 @@ def export_perfetto_cmd(trace: str, policies: tuple[str, ...], capacity: str | N
     result = _replay_progress(t, specs, capacity, timeline_points=points, placements=False, quiet=quiet)
     data = write_chrome_trace(result, out)
     click.echo(f"{out}: {len(data['traceEvents']):,} counter events", err=True)
+
+
+@cli.command("devices")
+@click.argument("keys", nargs=-1, metavar="[DEVICE]...")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per device.")
+def devices_cmd(keys: tuple[str, ...], as_json: bool) -> None:
+    """The device catalogue: each card's memory as PyTorch sees it, the share the CUDA context
+    and libraries take, what is usable (where cudaMalloc starts failing), and where each number
+    comes from. DEVICE: only these (h200, a100-80gb, rtx4090...)."""
+    from allocreplay._catalogue import device_rows
+
+    try:
+        rows = device_rows(keys)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    header = ["key", "name", "total", "context", "usable", "usable GiB", "cc", "SMs"]
+    sizes = ("total_bytes", "context_bytes", "usable_bytes")
+    table = [[r["key"], r["name"], *(f"{r[c]:,}" for c in sizes), f"{r['usable_gib']:.2f}", r["compute_capability"], str(r["sms"])] for r in rows]
+    widths = [max(len(row[c]) for row in [header, *table]) for c in range(len(header))]
+    right = {2, 3, 4, 5, 7}
+    for row in [header, *table]:
+        click.echo("  ".join(cell.rjust(w) if c in right else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths))).rstrip())
+    click.echo("")
+    click.echo("Bytes. total: torch.cuda.get_device_properties(0).total_memory; usable = total - context.")
+    for r in rows:
+        click.echo(f"total of {r['key']}: {r['source_total']}")
+    contexts: dict[str, list[str]] = {}
+    for r in rows:
+        contexts.setdefault(r["source_context"], []).append(r["key"])
+    for text, ks in contexts.items():
+        click.echo(f"context of {', '.join(ks)}: {text}")
+
+
+def _register_fit() -> None:
+    from allocreplay.fit._cli import fit_cmd
+
+    cli.add_command(fit_cmd)
+
+
+_register_fit()
 
 
 def main() -> None:

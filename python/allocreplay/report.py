@@ -4,7 +4,10 @@ Charts are Plotly figures (plotly.js inlined once, no CDN): the reserved / alloc
 of every policy on one interactive chart (the y-axis fitted to the data; the device capacity
 drawn as a line only when it lies within the data's range, else named in the title), unused
 bytes (reserved − allocated) over time, the segment map at each policy's peak (allocated
-blocks and free holes), the top call sites at the peak, and each policy's first OOM if any.
+blocks and free holes), the top call sites at the peak, and each policy's first OOM if any;
+for a capture that tags its storages (``capture --no-gpu``), the bytes at each policy's peak by
+category (``analysis.breakdown``: parameters, gradients, optimizer state... and the allocator's
+cache), as a table and a stacked bar chart.
 
 Needs plotly (``pip install 'allocreplay[report]'``).
 """
@@ -204,6 +207,46 @@ def _call_sites_figure(go: Any, trace: Trace, policies: list[str], capacity: str
     return fig
 
 
+CATEGORY_COLORS = {
+    "parameters": "#1f77b4",
+    "buffers": "#17becf",
+    "gradients": "#ff7f0e",
+    "optimizer_state": "#9467bd",
+    "activations": "#2ca02c",
+    "untagged": "#7f7f7f",
+    "allocator_cache": "#f2b134",
+}
+
+
+def _breakdown_figure(go: Any, bd: pl.DataFrame) -> Any:
+    """One stacked bar per policy (and device): the bytes at its peak by category."""
+    bd = bd.with_columns(label=pl.format("{} (device {})", pl.col("policy"), pl.col("device")) if bd["device"].n_unique() > 1 else pl.col("policy"))
+    fig = go.Figure()
+    for k, (cat,) in enumerate(bd.select("category").unique(maintain_order=True).iter_rows()):
+        part = bd.filter(pl.col("category") == cat)
+        fig.add_trace(
+            go.Bar(
+                y=part["label"].to_list(),
+                x=(part["bytes"] / GIB).to_list(),
+                orientation="h",
+                name=cat,
+                marker={"color": CATEGORY_COLORS.get(cat, COLORS[k % len(COLORS)])},
+                customdata=[f"{_gib(b)} ({s:.1%})" if s is not None else _gib(b) for b, s in zip(part["bytes"].to_list(), part["share"].to_list())],
+                hovertemplate="%{y}<br>%{customdata}<extra>" + cat + "</extra>",
+            )
+        )
+    fig.update_layout(
+        title="What each policy reserves at its peak, by category",
+        barmode="stack",
+        xaxis_title="GiB",
+        yaxis={"autorange": "reversed", "automargin": True},
+        height=max(240, 60 * bd["label"].n_unique() + 160),
+        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 60, "r": 20},
+    )
+    return fig
+
+
 def _table(df: pl.DataFrame, fmt: dict[str, Any]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
     rows = []
@@ -231,6 +274,23 @@ def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: st
             figures.append((f"segments-{len(figures)}", fig))
     if policies:
         figures.append(("call-sites", _call_sites_figure(go, trace, policies, capacity, top)))
+    # Bytes by category at each policy's peak: only for a capture that tags its storages.
+    breakdown_html = ""
+    if policies and analysis.storage_tags(trace) is not None:
+        bd = pl.concat([analysis.breakdown(trace, p, capacity=capacity) for p in policies], how="vertical_relaxed")
+        if not bd.is_empty():
+            figures.append(("breakdown", _breakdown_figure(go, bd)))
+            how = bd.select("category", "how_tagged").unique("category", maintain_order=True)
+            breakdown_html = (
+                "<h2>What the memory is made of at each policy's peak</h2>\n"
+                + _table(
+                    bd.select("policy", "device", "event", "category", "bytes", pl.col("share").alias("share of reserved"), "allocations"),
+                    {"bytes": _gib, "share of reserved": lambda v: f"{v:.1%}"},
+                )
+                + "<p>How each category was tagged:</p><ul>"
+                + "".join(f"<li><b>{html.escape(c)}</b>: {html.escape(h)}</li>" for c, h in how.iter_rows())
+                + "</ul>"
+            )
     ranked = analysis.compare(trace, result)
     size = lambda v: _gib(v)  # noqa: E731
     table = _table(
@@ -304,6 +364,7 @@ Policies replayed: {html.escape(", ".join(result.summary["policy"].unique(mainta
 {table}
 <h2>Out of memory</h2>
 {oom_html}
+{breakdown_html}
 <h2>Charts</h2>
 {"".join(parts)}
 <p style="color:#777;font-size:12px">Written by allocreplay {_core.__version__}.</p>

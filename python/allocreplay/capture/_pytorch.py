@@ -15,6 +15,7 @@ import pickle
 import sys
 from typing import Any
 
+from . import _tags
 from ._hook import FrameworkRecorder, log, write_json
 
 
@@ -104,6 +105,7 @@ class TorchRecorder(FrameworkRecorder):
 
         opts = self.session.config.no_gpu or {}
         self.no_gpu = _nogpu.NoGpuSession(self.torch, _nogpu.parse_device(opts.get("device")), opts.get("unknown", "error"))
+        self._start_tags(self.no_gpu.rec)
         self.status.update(gpu=False, recording=True, reason=None, no_gpu=True)
         self.session.keep_atexit_last()
         session = self.session
@@ -193,6 +195,7 @@ class TorchRecorder(FrameworkRecorder):
         from . import _nogpu
 
         ng = self.no_gpu
+        tags = self._finish_tags()
         ng.stop()
         self.status["recording"] = False
         error = self.session.error or ""
@@ -228,6 +231,7 @@ class TorchRecorder(FrameworkRecorder):
                 "memory_fraction": fraction,
                 "cap_bytes": int(fraction * props.total_memory) if fraction is not None and fraction < 1.0 else 0,
                 "trace_entries": len(rec.entries),
+                _tags.METADATA_KEY: tags,
                 "no_gpu": {
                     "captured_by": "allocreplay capture --no-gpu",
                     "unknown_values": (self.session.config.no_gpu or {}).get("unknown", "error"),
@@ -239,6 +243,33 @@ class TorchRecorder(FrameworkRecorder):
         path = self.path(f"torch-{pid}-dev0.json")
         write_json(path, meta)
         self.artifacts.append({"framework": self.name, "kind": "pytorch_snapshot", "raw": os.path.basename(raw), "devices": {"0": os.path.basename(path)}})
+
+    def _start_tags(self, rec: Any) -> None:
+        """Tags storages by category as the program runs (``_tags``); a no-GPU allocation is
+        named by its address (the recorder never reuses one)."""
+
+        def address(storage: Any) -> int | None:
+            got = rec.live.get(storage._cdata)
+            return None if got is None else int(got[0])
+
+        try:
+            self.tagger: _tags.StorageTagger | None = _tags.StorageTagger(self.torch, address, device=0)
+            self.tagger.install()
+        except Exception as e:
+            self.tagger = None
+            log(f"pytorch: storages will not be tagged: {type(e).__name__}: {e}")
+
+    def _finish_tags(self) -> dict[str, Any] | None:
+        tagger = getattr(self, "tagger", None)
+        if tagger is None:
+            return None
+        try:
+            tagger.finish()
+            tags: dict[str, Any] = tagger.to_json()
+            return tags
+        except Exception as e:
+            log(f"pytorch: storages could not be tagged: {type(e).__name__}: {e}")
+            return None
 
     def _fraction(self, device: int) -> float | None:
         get = getattr(self.torch.cuda, "get_per_process_memory_fraction", None)
