@@ -127,6 +127,7 @@ class Capturer:
     def check(self, names: Sequence[str]) -> None:
         """Every varied name appears in the command or its variables (else every candidate would
         be the same run)."""
+        self.commandline(dict.fromkeys(names, 1))  # an unknown {name} fails here, before any capture
         text = " ".join(self.command) + " " + " ".join(self.env.values())
         missing = [n for n in names if "{" + n + "}" not in text]
         if missing:
@@ -134,7 +135,6 @@ class Capturer:
                 f"fit: {', '.join('{' + n + '}' for n in missing)} appears nowhere in the command or its --env values: "
                 "put it where the value goes, e.g. -- python train.py --batch-size {batch_size}"
             )
-        self.commandline(dict.fromkeys(names, 1))  # an unknown {name} fails here, before any capture
 
     def key(self, values: Mapping[str, int]) -> str:
         if self._torch is None:

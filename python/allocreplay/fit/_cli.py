@@ -6,10 +6,14 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from allocreplay import _core
+
+if TYPE_CHECKING:
+    from allocreplay.fit import FitResult
 
 EPILOG = """\b
 Examples:
@@ -30,6 +34,41 @@ def _table(rows: list[list[str]], header: list[str], left: set[int]) -> str:
         return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
 
     return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)])
+
+
+def _short(label: str) -> str:
+    return label.replace("PYTORCH_CUDA_ALLOC_CONF=", "")
+
+
+def _candidates_table(result: FitResult) -> str:
+    """One row per candidate: for each setting its peak reserved and whether it fits (with the
+    allocator's retries), then how long the capture took."""
+    t = result.table
+    names = result.parameters
+    settings = t["setting"].unique(maintain_order=True).to_list()
+    heads = {"pytorch": "defaults", "tuned": "tune's best"}
+    header = [*names]
+    for s in settings:
+        header.append(heads.get(s) or _short(_core.policy_env(s) or s))
+    header += ["retries", "peak allocated", "capture"]
+    rows = []
+    for point, g in t.group_by(names, maintain_order=True):
+        by = {r["setting"]: r for r in g.iter_rows(named=True)}
+        row = [str(v) for v in point]
+        for s in settings:
+            r = by.get(s)
+            if r is None:
+                row.append("-")
+            elif r["error"]:
+                row.append("error")
+            else:
+                row.append(f"{_gib(r['peak_reserved_bytes'])} {'fits' if r['fits'] else 'OOM'}")
+        d = by.get("pytorch") or next(iter(by.values()))
+        row.append("-" if d["num_alloc_retries"] is None else f"{d['num_alloc_retries']:,}")
+        row.append(_gib(d["peak_allocated_bytes"]))
+        row.append("cached" if d["cached"] else f"{d['capture_seconds']:.1f} s")
+        rows.append(row)
+    return _table(rows, header, set())
 
 
 def _env_pair(text: str) -> tuple[str, str]:
@@ -177,29 +216,8 @@ def fit_cmd(
     click.echo(f"limit: {result.capacity_bytes:,} bytes ({_gib(result.capacity_bytes)}): {result.capacity_how}")
     t = result.table
     if len(t):
-        names = result.parameters
-        header = [*names, "setting", "fits", "peak reserved", "margin", "retries", "peak allocated", "capture s"]
-        rows = []
-        for r in t.iter_rows(named=True):
-            label = {"pytorch": "defaults"}.get(r["setting"], "")
-            if r["setting"] == "tuned":
-                label = "tuned: " + (r["env"] or "(defaults)")
-            elif not label:
-                label = r["env"] or r["setting"]
-            rows.append(
-                [
-                    *(str(r[n]) for n in names),
-                    label,
-                    "yes" if r["fits"] else ("error" if r["error"] else "NO"),
-                    _gib(r["peak_reserved_bytes"]),
-                    "-" if r["margin_bytes"] is None else (_gib(r["margin_bytes"]) if r["margin_bytes"] >= 0 else "-" + _gib(-r["margin_bytes"])),
-                    "-" if r["num_alloc_retries"] is None else f"{r['num_alloc_retries']:,}",
-                    _gib(r["peak_allocated_bytes"]),
-                    "cached" if r["cached"] else f"{r['capture_seconds']:.1f}",
-                ]
-            )
         click.echo("")
-        click.echo(_table(rows, header, {len(names)}))
+        click.echo(_candidates_table(result))
     if result.breakdown is not None and result.breakdown_at is not None:
         at = ", ".join(f"{k}={v}" for k, v in result.breakdown_at.items())
         click.echo("")
