@@ -210,6 +210,53 @@ def test_converting_a_model_frees_each_old_parameter_before_the_next_is_converte
     ]
 
 
+def test_a_model_built_on_the_host_takes_no_host_memory(tmp_path):
+    # Issue 26: a model built on the CPU and then moved to cuda used to hold its parameters'
+    # bytes in host memory (a 1.1 B-parameter model: 4.4 GB of RAM). Its large floating-point
+    # tensors are fake CPU tensors now: the requests are the parameters' sizes as before, and
+    # the process's peak RSS grows by far less than the parameters' bytes over a tiny model's.
+    # Random initialization still draws from the CPU generator as the real run does.
+    script = """
+        import sys
+        import torch
+        n = int(sys.argv[1])
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(n, n, bias=False) for _ in range(5)])
+        print("drawn", torch.rand(3).tolist())
+        model.cuda()
+        """
+    (tmp_path / "train.py").write_text(textwrap.dedent(script))
+    # The largest resident set of the capture's processes (the capture and the program).
+    wrap = "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); print('maxrss', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+
+    def run(n: int, out: str) -> tuple[int, str]:
+        cmd = [sys.executable, "-m", "allocreplay", "capture", "--no-gpu", "-o", out, "--", sys.executable, "train.py", str(n)]
+        p = subprocess.run([sys.executable, "-c", wrap, *cmd], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
+        last = p.stdout.strip().splitlines()[-1].split()
+        assert last[0] == "maxrss" and last[2] == "0", p.stdout + p.stderr
+        drawn = [line for line in p.stdout.splitlines() if line.startswith("drawn")]
+        return int(last[1]) * 1024, drawn[0]  # ru_maxrss: KiB on Linux
+
+    n = 8192
+    weight = n * n * 4  # 256 MiB each, 1.25 GiB in all
+    tiny_rss, _ = run(64, "tiny.arrow")
+    big_rss, drawn = run(n, "big.arrow")
+    assert requests(allocreplay.load(tmp_path / "big.arrow")) == [("alloc", weight)] * 5
+    assert big_rss - tiny_rss < 0.4 * 5 * weight, (big_rss, tiny_rss)
+
+    import torch
+
+    # What the real run draws after building the model: Linear's kaiming_uniform_ on each
+    # weight, then torch.rand (one weight's buffer, initialized five times, draws the same).
+    torch.manual_seed(0)
+    w = torch.empty(n, n)
+    for _ in range(5):
+        torch.nn.init.kaiming_uniform_(w, a=5**0.5)
+    del w
+    assert drawn == f"drawn {torch.rand(3).tolist()}"
+
+
 def _real_requests(stem: str) -> list[tuple[str, int]]:
     real = allocreplay.load(REPO / "traces" / "nogpu" / f"{stem}.pickle.xz")
     return [r for r in requests(real) if r[0] in ("alloc", "free_requested")]

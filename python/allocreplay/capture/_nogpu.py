@@ -35,18 +35,11 @@ import threading
 import weakref
 from typing import Any
 
-# Named devices: (name as torch reports it, total memory in bytes, compute capability, SMs).
-# h200: torch.cuda.get_device_properties(0).total_memory on the project's H200 (driver
-# 580.159.03, shared/traces/pytorch/README.md); the others are the nominal sizes, not measured.
-DEVICES: dict[str, tuple[str, int, tuple[int, int], int]] = {
-    "h200": ("NVIDIA H200", 150_109_880_320, (9, 0), 132),
-    "h100-80gb": ("NVIDIA H100 80GB HBM3", 80 << 30, (9, 0), 132),
-    "a100-80gb": ("NVIDIA A100-SXM4-80GB", 80 << 30, (8, 0), 108),
-    "a100-40gb": ("NVIDIA A100-SXM4-40GB", 40 << 30, (8, 0), 108),
-    "l4": ("NVIDIA L4", 24 << 30, (8, 9), 58),
-    "rtx4090": ("NVIDIA GeForce RTX 4090", 24 << 30, (8, 9), 128),
-    "v100-32gb": ("Tesla V100-SXM2-32GB", 32 << 30, (7, 0), 80),
-}
+from . import _devices
+
+# Named devices: (name as torch reports it, total memory in bytes, compute capability, SMs), from
+# the catalogue in _devices (each number's source there; `allocreplay devices` lists them).
+DEVICES: dict[str, tuple[str, int, tuple[int, int], int]] = {k: (d.name, d.total_bytes, d.compute_capability, d.sms) for k, d in _devices.DEVICES.items()}
 DEFAULT_DEVICE = "h200"
 
 # What the trace holds beyond the program's own tensors (the trace's metadata lists these).
@@ -415,6 +408,9 @@ def parse_device(spec: str | None) -> tuple[str, int, tuple[int, int], int]:
     key = spec.strip().lower()
     if key in DEVICES:
         return DEVICES[key]
+    with contextlib.suppress(ValueError):
+        d = _devices.lookup(key)
+        return (d.name, d.total_bytes, d.compute_capability, d.sms)
     import re
 
     m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?b?|b)?", key)
@@ -650,6 +646,18 @@ SHAPE_ONLY = {"ones_like", "zeros_like", "full_like", "new_ones", "new_zeros", "
 """Operators whose result's values do not depend on their input's (torch.ones_like(ids))."""
 
 
+HOST_LIMIT = 1 << 20
+"""Floating-point CPU tensors of at least this many bytes that a factory makes (``torch.empty``,
+``zeros``, ``ones``, ``full``, ``rand``, ``randn``, ``normal``, ``Tensor.new_*``: the parameters a
+module builds before ``.cuda()``, and their initializers) are fake CPU tensors, without storage:
+a model built on the CPU and moved to the device costs no host memory. Their values are unknown
+(reading them is reading a GPU value); random initializers still advance the CPU generator as
+the real run's do."""
+
+HOST_FACTORIES: tuple[str, ...] = ("empty", "empty_strided", "zeros", "ones", "full", "rand", "randn", "normal")
+HOST_FACTORIES += ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full")
+
+
 def _small(t: Any) -> bool:
     n = int(t.numel())
     return n <= (FLOAT_VALUE_LIMIT if (t.is_floating_point() or t.is_complex()) else VALUE_LIMIT)
@@ -687,6 +695,85 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
             return True
         return any(isinstance(a, FakeTensor) for a in flat)
 
+    def on_device(flat: list[Any], kwargs: dict[str, Any]) -> bool:
+        # on_cuda, less the operators on fake CPU tensors alone (host_factory's): no request,
+        # no kernel's workspace.
+        dev = kwargs.get("device")
+        if dev is not None and torch.device(dev).type == cuda_type:
+            return True
+        return any(isinstance(a, FakeTensor) and a.fake_device.type == cuda_type for a in flat)
+
+    host_factories = {getattr(torch.ops.aten, name) for name in HOST_FACTORIES}
+    from torch.utils.data import get_worker_info
+
+    def host_factory(func: Any, args: Any, kwargs: Any) -> Any:
+        """A fake CPU tensor for a factory's large floating-point CPU tensor (HOST_LIMIT), or
+        None: the operator runs for real."""
+        if func.overloadpacket not in host_factories:
+            return None
+        names = [a.name for a in func._schema.arguments]
+        if "size" not in names or "out" in names:
+            return None
+        i = names.index("size")
+        size = args[i] if i < len(args) else kwargs.get("size")
+        try:
+            n = 1
+            for s in size:
+                n *= int(s)
+        except (TypeError, ValueError):
+            return None
+        dev = kwargs.get("device")
+        if n * 8 < HOST_LIMIT or (dev is not None and torch.device(dev).type != "cpu"):
+            return None
+        if get_worker_info() is not None:
+            return None  # a DataLoader worker's tensors go to the main process through shared memory
+        a, k = tree_map_only(torch.Tensor, twin, (args, kwargs))
+        try:
+            with fake:
+                out = func(*a, **k)
+        except Exception:
+            return None
+        if not (isinstance(out, FakeTensor) and out.fake_device.type == "cpu" and out.is_floating_point() and out.untyped_storage().nbytes() >= HOST_LIMIT):
+            return None
+        if random_tag in func.tags:
+            # torch.randn(...) on the CPU: the CPU generator advances as in the real run, so
+            # that what the program draws from it afterwards is what the real run drew. The
+            # operator's out= form fills a scratch tensor (randn.out is what randn runs).
+            name = "out" if func._overloadname == "default" else func._overloadname + "_out"
+            out_op = getattr(func.overloadpacket, name, None)
+            keep = {key: v for key, v in kwargs.items() if key not in ("dtype", "layout", "device", "pin_memory", "memory_format")}
+            if out_op is not None:
+                advance(out_op, args, {**keep, "out": out})
+            else:
+                func(*args, **kwargs)
+        return out
+
+    def scratch(t: Any) -> Any:
+        # A real CPU tensor of t's layout. A large one lives in a mapping of its own, unmapped
+        # when it dies: freed memory the C library keeps would be the host memory saved.
+        if not isinstance(t, FakeTensor):
+            return t
+        v = getattr(t, "_ng_value", None)
+        if v is not None:
+            return v.clone()
+        with torch._C._DisableTorchDispatch():
+            nbytes = int(t.untyped_storage().nbytes())
+            if nbytes < HOST_LIMIT:
+                return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+            import mmap
+
+            buf = torch.frombuffer(mmap.mmap(-1, nbytes), dtype=torch.uint8)
+            return buf.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+
+    def advance(func: Any, args: Any, kwargs: Any) -> None:
+        """A random operator on fake CPU tensors (``normal_`` of a parameter being initialized):
+        run on a scratch tensor of the same layout, freed at once, for the CPU generator to
+        advance as in the real run (``torch.manual_seed(0)`` then the model then the data: the
+        data's values are the real run's)."""
+        a, k = tree_map_only(FakeTensor, scratch, (args, kwargs))
+        with contextlib.suppress(Exception), torch._C._DisableTorchDispatch():
+            func(*a, **k)
+
     def twin(t: Any) -> Any:
         # A fake tensor of t's layout, without the converter's memo (a weak reference on t would
         # stop Module._apply from swapping t for its fake copy); small ones keep their values.
@@ -717,6 +804,21 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
             v = torch.zeros(t.shape, dtype=t.dtype)
             vars(t)["_ng_value"] = v
         return v
+
+    numpy = torch.Tensor.numpy
+
+    def to_numpy(self: Any, *, force: bool = False) -> Any:
+        # A fake CPU tensor (a `.cpu()` copy, a parameter built on the host) has no storage to
+        # share: its values (unknown: the rule of --unknown-values), as a new array.
+        if not isinstance(self, FakeTensor):
+            return numpy(self, force=force)
+        if self.fake_device.type != "cpu" and not force:
+            raise TypeError(f"can't convert {self.fake_device} device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.")
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return numpy(value_of(self, "numpy()").detach(), force=force)
+
+    setattr(torch.Tensor, "numpy", to_numpy)  # noqa: B010 (mypy: a method)
 
     def on_cpu(x: Any) -> Any:
         if isinstance(x, torch.device) and x.type == cuda_type:
@@ -775,25 +877,31 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
             kwargs = kwargs or {}
             flat, _ = tree_flatten((args, kwargs))
             if not on_cuda(flat, kwargs):
-                return func(*args, **kwargs)
+                made = host_factory(func, args, kwargs)
+                return func(*args, **kwargs) if made is None else made
             extras.libraries()
+            device = on_device(flat, kwargs)
             # Real (CPU) tensors going to the GPU: their fake twins, so that the fake mode never
             # runs the operator for real (its constant propagation would call CUDA).
             args, kwargs = tree_map_only(torch.Tensor, twin, (args, kwargs))
             flat, _ = tree_flatten((args, kwargs))
             if func in value_ops:
                 return compute(func, args, kwargs, func.__name__)
-            rec.op = str(func)
-            if rec.debug:
-                rec.op += " " + repr([tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in flat])
-            plan = extras.before(func, args, kwargs, rec)
+            plan: dict[int, int] = {}
+            if device:
+                rec.op = str(func)
+                if rec.debug:
+                    rec.op += " " + repr([tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in flat])
+                plan = extras.before(func, args, kwargs, rec)
+            elif random_tag in func.tags:
+                advance(func, args, kwargs)
             try:
                 with fake:
                     out = func(*args, **kwargs)
             except (DataDependentOutputException, DynamicOutputShapeException):
                 # An output whose shape depends on values: computed from the values.
                 vals = compute(func, args, kwargs, func.__name__)
-                out = tree_map_only(torch.Tensor, new_fake, vals)
+                out = tree_map_only(torch.Tensor, new_fake, vals) if device else vals
             else:
                 fakes = [t for t in flat if isinstance(t, FakeTensor)]
                 outs_f = [t for t in tree_flatten(out)[0] if isinstance(t, FakeTensor)]
@@ -817,6 +925,8 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
                     else:
                         rec.track(st, st.nbytes())
                     extras.after_output(func, args, kwargs, i, rec)
+            if not device:  # fake CPU tensors only: nothing on the device
+                return out
             for key in plan.values():  # not taken over: freed with the operator
                 rec.free(key)
             extras.after(func, args, kwargs, out, rec)
