@@ -140,6 +140,32 @@ def test_a_gpu_value_stops_the_run_with_one_line_naming_it(tmp_path):
     assert [k.split(os.sep)[-1] for k in zeros] == ["train.py:4 (if (x * 2).sum().item() > 0:)"]
 
 
+def test_only_values_the_program_reads_count_as_guessed(tmp_path):
+    # A training loop with AdamW reads no value computed on the GPU; what the capture computes
+    # ahead from unknown values (small integer results, in case they are read) is no guess.
+    p = capture(
+        tmp_path,
+        """
+        import torch
+        model = torch.nn.Linear(64, 64).to("cuda")
+        opt = torch.optim.AdamW(model.parameters())
+        for _ in range(2):
+            x = torch.randn(8, 64, device="cuda")
+            idx = (x > 0).long().sum(dim=1)      # computed ahead from unknown values, never read
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if (idx + 1).max().item() > 0:           # the program reads a value derived from them
+            pass
+        """,
+        "--unknown-values",
+        "zero",
+    )
+    assert p.returncode == 0, p.stderr
+    zeros = allocreplay.load(tmp_path / "run.arrow").metadata["extra"]["capture"]["no_gpu"]["values_read_as_zeros"]
+    assert {k.split(os.sep)[-1]: v for k, v in zeros.items()} == {"train.py:11 (if (idx + 1).max().item() > 0:           # the program reads a value derived from them)": 1}
+
+
 def test_known_values_steer_control_flow_as_on_the_gpu(tmp_path):
     p = capture(
         tmp_path,

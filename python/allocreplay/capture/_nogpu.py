@@ -789,7 +789,11 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
     def known(t: Any) -> bool:
         return not isinstance(t, FakeTensor) or getattr(t, "_ng_value", None) is not None
 
-    def value_of(t: Any, why: Any) -> Any:
+    def value_of(t: Any, why: Any, count: bool = True) -> Any:
+        """The CPU values of ``t``; unknown ones are zeros under --unknown-values zero (marked
+        ``_ng_guessed``). ``count``: the program reads them (a branch, ``.item()``, a shape), so
+        a read of guessed values counts in ``values_read_as_zeros``; values computed ahead, in
+        case the program reads them later, count only when it does."""
         if not isinstance(t, FakeTensor):
             return t
         v = getattr(t, "_ng_value", None)
@@ -799,10 +803,14 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
                 raise NoGpuValueError(
                     f"{line}: {why} needs the values of a tensor computed on the GPU; without a GPU there are none (--unknown-values zero reads them as zeros)"
                 )
-            rec.assumed.setdefault(line, 0)
-            rec.assumed[line] += 1
             v = torch.zeros(t.shape, dtype=t.dtype)
             vars(t)["_ng_value"] = v
+            vars(t)["_ng_guessed"] = True
+            if count:
+                rec.assumed[line] = rec.assumed.get(line, 0) + 1
+        elif count and getattr(t, "_ng_guessed", False):
+            line = user_line()
+            rec.assumed[line] = rec.assumed.get(line, 0) + 1
         return v
 
     numpy = torch.Tensor.numpy
@@ -827,12 +835,12 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
             return cpu
         return x
 
-    def compute(func: Any, args: Any, kwargs: Any, why: Any) -> Any:
+    def compute(func: Any, args: Any, kwargs: Any, why: Any, count: bool = True) -> Any:
         """Runs func on the CPU values of its arguments (RNG state of the CPU kept as it was)."""
         if func._opname in SHAPE_ONLY:
             a, k = tree_map_only(FakeTensor, lambda t: torch.zeros(t.shape, dtype=t.dtype), (args, kwargs))
         else:
-            a, k = tree_map_only(FakeTensor, lambda t: value_of(t, why), (args, kwargs))
+            a, k = tree_map_only(FakeTensor, lambda t: value_of(t, why, count), (args, kwargs))
         a, k = tree_map(on_cpu, (a, k))
         if "device" in k:
             k["device"] = cpu
@@ -841,7 +849,7 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
 
     def compute_quietly(func: Any, args: Any, kwargs: Any) -> Any:
         try:
-            return compute(func, args, kwargs, func.__name__)
+            return compute(func, args, kwargs, func.__name__, count=False)
         except NoGpuValueError:
             raise
         except Exception:
@@ -913,6 +921,9 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
                     vals = compute_quietly(func, args, kwargs)
                 if vals is not None:
                     attach(out, vals)
+                    if any(getattr(t, "_ng_guessed", False) for t in fakes):
+                        for t in outs_f:
+                            vars(t)["_ng_guessed"] = True  # computed from guessed values
                 else:
                     for t in mutated(func, args, kwargs):
                         vars(t)["_ng_value"] = None
