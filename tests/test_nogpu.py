@@ -163,7 +163,9 @@ def test_only_values_the_program_reads_count_as_guessed(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     zeros = allocreplay.load(tmp_path / "run.arrow").metadata["extra"]["capture"]["no_gpu"]["values_read_as_zeros"]
-    assert {k.split(os.sep)[-1]: v for k, v in zeros.items()} == {"train.py:11 (if (idx + 1).max().item() > 0:           # the program reads a value derived from them)": 1}
+    assert {k.split(os.sep)[-1]: v for k, v in zeros.items()} == {
+        "train.py:11 (if (idx + 1).max().item() > 0:           # the program reads a value derived from them)": 1
+    }
 
 
 def test_known_values_steer_control_flow_as_on_the_gpu(tmp_path):
