@@ -4,7 +4,7 @@ every setting.
 
 The cache: a capture is stored under a key of everything that decides its requests — the
 command after substitution, the variables set for it, the working directory, the torch version
-of the Python that runs it, allocreplay's version, the device it was captured for, how unknown
+of the Python that runs it, allocreplay's version and a digest of its capture code, the device it was captured for, how unknown
 values are read, and the size and modification time of every argument that names a file (the
 script) — in ``$XDG_CACHE_HOME/allocreplay/fit`` (``~/.cache/allocreplay/fit``) or
 ``--cache-dir``. Each entry is written under a temporary name and renamed once complete, so a
@@ -79,6 +79,24 @@ def _torch_version(command: Sequence[str]) -> str:
     return p.stdout.strip() or "unknown"
 
 
+_CODE: list[str] = []
+
+
+def _capture_code() -> str:
+    """A digest of the recording hook's files: a capture made by other capture code (another
+    release, a development tree) is not reused."""
+    if not _CODE:
+        from allocreplay.capture import _runner
+
+        h = hashlib.sha256()
+        here = os.path.dirname(os.path.abspath(_runner.__file__))
+        for name in _runner.HOOK_FILES:
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+        _CODE.append(h.hexdigest()[:16])
+    return _CODE[0]
+
+
 def _file_stamps(args: Sequence[str], cwd: str) -> dict[str, list[int]]:
     stamps = {}
     for a in args:
@@ -146,6 +164,7 @@ class Capturer:
             "cwd": self.cwd,
             "torch": self._torch,
             "allocreplay": _core.__version__,
+            "capture_code": _capture_code(),
             "format": _core.FORMAT_VERSION,
             "device": self.device,
             "gpu": self.gpu,
