@@ -58,7 +58,8 @@ def usable_capacity(device: str | None, capacity: str | int | None) -> tuple[int
         return (
             dev.usable_bytes,
             key,
-            f"{dev.name}: {_core.format_bytes(dev.total_bytes)} less {_core.format_bytes(dev.context_bytes)} for the CUDA context and libraries ({dev.source_context})",
+            f"{dev.name}: {_core.format_bytes(dev.total_bytes)} less {_core.format_bytes(dev.context_bytes)} for the CUDA context and libraries "
+            + ("(measured on an H200)" if dev.key == "h200" else "(the H200's measurement, as an estimate: `allocreplay devices` says why)"),
         )
     _, total, _, _ = _nogpu.parse_device(key)
     ctx = 726_466_560  # replay.rs PYTORCH_CUDA_CONTEXT_BYTES, measured on an H200
@@ -85,12 +86,15 @@ class FitResult:
       for one varied parameter; for a grid, ``frontier`` holds it per combination of the others.
     - ``table``: one row per candidate and setting (values, ``setting``, ``env``, ``fits``,
       ``peak_reserved_bytes``, ``peak_allocated_bytes``, ``margin_bytes``, ``num_alloc_retries``,
-      ``num_ooms``, ``capture_seconds``, ``cached``, ``values_guessed``, ``trace``).
+      ``num_ooms``, ``capture_seconds``, ``cached``, ``values_guessed`` and ``guessed_where``: the values computed on the GPU that the CPU run
+      read as zeros, and the program lines that read them; ``trace``).
     - ``frontier``: one row per combination of the outer parameters and setting: ``largest``
       and ``first_failing``.
     - ``breakdown``: bytes by category at the peak of the smallest candidate that does not fit
       under the defaults (None when every candidate fit).
     - ``monotonicity_breaks``: candidates that fit above one that did not (same setting).
+    - ``values_guessed`` / ``guessed_where``: the most values a candidate's CPU run read as zeros
+      (``--unknown-values zero``), and where (``FILE:LINE (code) (N x)``).
     """
 
     parameters: list[str]
@@ -184,6 +188,7 @@ def _row(cand: Candidate, setting: str, spec: str, r: Mapping[str, Any], capacit
         "capture_seconds": round(cand.capture_seconds, 3),
         "cached": cand.cached,
         "values_guessed": cand.values_guessed,
+        "guessed_where": "; ".join(cand.guessed_where),
         "trace": cand.trace_path,
     }
 
@@ -332,8 +337,11 @@ def _result(axes: list[Axis], labels: list[str], specs: list[str], search: Searc
     guessed = 0
     where: list[str] = []
     if len(table) and "values_guessed" in table.columns:
-        per = table.unique(subset=names)["values_guessed"].to_list()
-        guessed = max(int(v or 0) for v in per) if per else 0
+        per = table.unique(subset=names)
+        guessed = max(int(v or 0) for v in per["values_guessed"].to_list())
+        # The lines (with their counts) of the candidate that guessed most.
+        top = per.sort("values_guessed", descending=True).row(0, named=True)
+        where = [w for w in str(top.get("guessed_where") or "").split("; ") if w]
     return FitResult(names, dev_key, cap, how, settings_env, table, frontier, largest, answer, breakdown, at, breaks, guessed, where)
 
 

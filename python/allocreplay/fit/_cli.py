@@ -234,9 +234,13 @@ def fit_cmd(
         click.echo(f"warning: not monotonic ({brk['setting']}): {hi} fits but {lo} does not; the answer stops below the first failure", err=True)
     if result.values_guessed:
         click.echo(
-            f"note: the CPU runs read {result.values_guessed:,} value(s) computed on the GPU as zeros (--unknown-values zero); "
-            "right for loops whose stopping test never fires on a random model, wrong where values steer memory (mixture-of-experts routing). "
-            "Where: the trace metadata's extra.capture.no_gpu.values_read_as_zeros",
+            f"note: a candidate's CPU run read up to {result.values_guessed:,} value(s) computed on the GPU as zeros (--unknown-values zero): "
+            "right for a generate loop whose stopping test never fires on a random model, wrong where values steer memory "
+            "(mixture-of-experts routing, data-dependent shapes); --unknown-values error stops at the first instead. Where:",
             err=True,
         )
+        for w in result.guessed_where[:5]:
+            click.echo(f"  {w}", err=True)
+        if len(result.guessed_where) > 5:
+            click.echo(f"  ... and {len(result.guessed_where) - 5} more lines (--json: guessed_where)", err=True)
     sys.stdout.flush()
