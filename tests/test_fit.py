@@ -262,7 +262,7 @@ def test_a_generate_loop_runs_unattended_and_its_guesses_are_reported(tmp_path):
     # The stopping test reads a value computed on the GPU: under fit it is read as zero (the
     # loop runs its 16 steps, as on a random model whose stopping token never comes), counted
     # once per step, and the line is named.
-    run = _ar("fit", "--capacity", "40MiB", "--vary", "batch_size=1,64", "--no-tune", "--cache-dir", str(tmp_path / "c"), "--json",
+    run = _ar("fit", "--capacity", "1GiB", "--vary", "batch_size=1,64", "--no-tune", "--cache-dir", str(tmp_path / "c"), "--json",
               "--", sys.executable, str(GENERATE), "--batch-size", "{batch_size}", cwd=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout)
@@ -272,6 +272,6 @@ def test_a_generate_loop_runs_unattended_and_its_guesses_are_reported(tmp_path):
     # The KV cache grows with the batch: batch 64 needs more than batch 1.
     peaks = {r["batch_size"]: r["peak_allocated_bytes"] for r in got["rows"]}
     assert peaks[64] > peaks[1]
-    text = _ar("fit", "--capacity", "40MiB", "--vary", "batch_size=1,64", "--no-tune", "--cache-dir", str(tmp_path / "c"), "-q",
+    text = _ar("fit", "--capacity", "1GiB", "--vary", "batch_size=1,64", "--no-tune", "--cache-dir", str(tmp_path / "c"), "-q",
                "--", sys.executable, str(GENERATE), "--batch-size", "{batch_size}", cwd=tmp_path)  # fmt: skip
     assert text.returncode == 0 and "read up to 16 value(s) computed on the GPU as zeros" in text.stderr and "fit_generate.py:24" in text.stderr
