@@ -275,3 +275,40 @@ def test_a_generate_loop_runs_unattended_and_its_guesses_are_reported(tmp_path):
     text = _ar("fit", "--capacity", "1GiB", "--vary", "batch_size=1,64", "--no-tune", "--cache-dir", str(tmp_path / "c"), "-q",
                "--", sys.executable, str(GENERATE), "--batch-size", "{batch_size}", cwd=tmp_path)  # fmt: skip
     assert text.returncode == 0 and "read up to 16 value(s) computed on the GPU as zeros" in text.stderr and "fit_generate.py:24" in text.stderr
+
+
+@needs_torch
+def test_ctrl_c_keeps_the_captures_that_finished(tmp_path):
+    import signal
+    import time
+
+    if not _real_torch():
+        pytest.fail("torch is not installed: CI must install it to test fit", pytrace=False)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "FIT_WORKLOAD_SLEEP": "120"}
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    cmd = [sys.executable, "-m", "allocreplay", "fit", "--capacity", "1GiB", "--vary", "batch_size=1:8", "--no-tune", "--cache-dir", str(cache),
+           "--", sys.executable, str(WORKLOAD), "--batch-size", "{batch_size}"]  # fmt: skip
+    # A terminal's Ctrl-C signals the whole foreground process group: fit and its captures.
+    p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(cache.glob("*.arrow")) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.2)
+        assert list(cache.glob("*.arrow")), "the first capture never finished"
+        time.sleep(3)  # batch_size=2 is being captured (sleeping)
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, err[-2000:]
+    assert "interrupted; the captures that finished are kept in" in err and "Traceback" not in err
+    assert len(list(cache.glob("*.arrow"))) == 1
+    assert not [q for q in cache.iterdir() if q.name.startswith(".fit-")]
+    # Run again: the finished capture is reused.
+    env["FIT_WORKLOAD_SLEEP"] = "0"
+    again = subprocess.run([*cmd[:3], *cmd[3:9], "--json", *cmd[9:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    rows = json.loads(again.stdout)["rows"]
+    assert [r["cached"] for r in rows if r["batch_size"] == 1] == [True]

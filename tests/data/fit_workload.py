@@ -3,6 +3,8 @@ the batch is --width float32 values, 256 KiB by default, through two linear laye
 saved activations; AdamW)."""
 
 import argparse
+import os
+import time
 
 import torch
 
@@ -10,6 +12,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--batch-size", type=int, required=True)
 parser.add_argument("--width", type=int, default=1 << 16)
 args = parser.parse_args()
+# tests/test_fit.py's Ctrl-C test: candidates above the first one take long.
+if args.batch_size > 1:
+    time.sleep(float(os.environ.get("FIT_WORKLOAD_SLEEP", "0")))
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)).to("cuda")

@@ -185,25 +185,32 @@ def fit_cmd(
         if not quiet:
             click.echo(f"fit [{time.monotonic() - started:6.1f} s] {msg}", err=True)
 
-    result = fit(
-        list(command),
-        list(vary),
-        device=device,
-        capacity=capacity,
-        settings=settings,
-        tune=not no_tune,
-        values=vals,
-        step=step,
-        env=env_map,
-        gpu=gpu,
-        unknown_values=unknown_values,
-        jobs=jobs,
-        backend=backend,
-        address=address,
-        cache_dir=cache_dir,
-        use_cache=not no_cache,
-        progress=say,
-    )
+    from allocreplay.fit import default_cache_dir
+
+    try:
+        result = fit(
+            list(command),
+            list(vary),
+            device=device,
+            capacity=capacity,
+            settings=settings,
+            tune=not no_tune,
+            values=vals,
+            step=step,
+            env=env_map,
+            gpu=gpu,
+            unknown_values=unknown_values,
+            jobs=jobs,
+            backend=backend,
+            address=address,
+            cache_dir=cache_dir,
+            use_cache=not no_cache,
+            progress=say,
+        )
+    except KeyboardInterrupt:
+        kept = os.path.abspath(cache_dir or default_cache_dir())
+        click.echo(f"fit: interrupted; the captures that finished are kept in {kept}: the same command goes on from them", err=True)
+        sys.exit(130)
     if out is not None:
         from allocreplay.fit._html import write_html
 
