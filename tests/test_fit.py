@@ -31,10 +31,10 @@ WORKLOAD = REPO / "tests" / "data" / "fit_workload.py"
 # --- the search, against thresholds known by construction ------------------------------------
 
 
-def _run_search(axes, limits, jobs=1):
+def _run_search(axes, limits, jobs=1, check=False):
     """``limits``: setting -> function of the point giving whether it fits."""
     calls = []
-    s = Search(axes, list(limits), jobs=jobs)
+    s = Search(axes, list(limits), jobs=jobs, check=check)
 
     def evaluate(batch):
         assert len(batch) <= max(1, jobs)
@@ -87,7 +87,13 @@ def test_a_list_tries_every_value_and_a_grid_gives_its_frontier():
 
 
 def test_the_answer_never_passes_a_failure_and_breaks_are_reported():
-    # Does not fit at 4 alone (not monotonic): the answer stops below it, though 5..16 fit.
+    # Does not fit at 4 alone (not monotonic): the answer stops below it, though 5..16 fit;
+    # the check above the first failure finds that 5 and 6 fit.
+    s, calls = _run_search([parse_vary("b=1:16")], {"a": lambda p: p[0] != 4}, check=True)
+    ((_, _, ok, fail),) = s.answers()
+    assert (ok, fail) == (3, 4)
+    assert calls[-2:] == [(5,), (6,)]
+    assert monotonicity_breaks(s.results, "a") == [((4,), (5,)), ((4,), (6,))]
     s, _ = _run_search([parse_vary("b=1:16")], {"a": lambda p: p[0] != 4})
     ((_, _, ok, fail),) = s.answers()
     assert (ok, fail) == (3, 4)

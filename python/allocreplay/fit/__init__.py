@@ -201,6 +201,7 @@ def fit(
     capacity: str | int | None = None,
     settings: Sequence[str] = (),
     tune: bool = True,
+    check: bool = True,
     values: Sequence[int] | None = None,
     step: int | None = None,
     env: Mapping[str, str] | None = None,
@@ -223,7 +224,8 @@ def fit(
     catalogue name (``a100-40gb``, ``h100-80gb``...; default ``h200``); ``capacity``: the limit
     instead of the device's usable memory (bytes or ``"24GiB"``). ``settings``: policy specs
     besides the defaults (``"pytorch:expandable_segments:True"``); ``tune``: also the best
-    setting ``tune`` finds. ``gpu``: capture on this machine's GPU instead of ``--no-gpu``.
+    setting ``tune`` finds. ``check``: once the boundaries are found, also try the two values
+    above each first failure, to check the monotonicity the search assumes. ``gpu``: capture on this machine's GPU instead of ``--no-gpu``.
     ``unknown_values``: what a CPU run reads for values computed on the GPU (``zero``: counted
     and reported; ``error``: stop). ``jobs``: captures at once; ``backend="ray"`` runs them on
     a Ray cluster (``address``). Returns a :class:`FitResult`."""
@@ -243,7 +245,7 @@ def fit(
     labels = specs + ([TUNED] if tune else [])
     capturer = Capturer(command, env or {}, device=dev_key, gpu=gpu, unknown_values=unknown_values, cache_dir=cache_dir, use_cache=use_cache, cwd=cwd)
     capturer.check([a.name for a in axes])
-    search = Search(axes, labels, jobs=jobs)
+    search = Search(axes, labels, jobs=jobs, check=check)
     rows: list[dict[str, Any]] = []
     names = [a.name for a in axes]
     say = progress or (lambda _msg: None)

@@ -107,6 +107,7 @@ def _env_pair(text: str) -> tuple[str, str]:
     help="Also replay under this allocator setting (pytorch:expandable_segments:True); repeatable. The defaults are always replayed.",
 )
 @click.option("--no-tune", is_flag=True, help="Do not search for the best setting (`tune`) at each candidate.")
+@click.option("--no-check", is_flag=True, help="Do not try the two values above each first failure (the check that a larger value does not fit either).")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="A variable for the command ({NAME} substituted); repeatable.")
 @click.option("--gpu", is_flag=True, help="Capture on this machine's GPU instead of without one (--no-gpu, the default).")
 @click.option("--no-gpu", "no_gpu", is_flag=True, help="Capture without a GPU (the default).")
@@ -147,6 +148,7 @@ def fit_cmd(
     step: int | None,
     settings: tuple[str, ...],
     no_tune: bool,
+    no_check: bool,
     env: tuple[str, ...],
     gpu: bool,
     no_gpu: bool,
@@ -195,6 +197,7 @@ def fit_cmd(
             capacity=capacity,
             settings=settings,
             tune=not no_tune,
+            check=not no_check,
             values=vals,
             step=step,
             env=env_map,

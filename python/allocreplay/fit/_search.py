@@ -15,8 +15,9 @@ jobs, the ×2 phase looks ahead and the bisection splits its interval ``jobs + 1
 
 The answer never goes past a failure: a setting's answer is the largest value that fitted
 below the smallest value that did not fit. A value that fits above one that did not is a break
-of the monotonicity the search assumes; every such pair among the values tried is reported
-(:func:`monotonicity_breaks`).
+of the monotonicity the search assumes; once every boundary is found, the two values above
+each first failure are tried too (``check``), and every such pair among the values tried is
+reported (:func:`monotonicity_breaks`).
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ class Search:
     axes: Sequence[Axis]
     settings: Sequence[str]
     jobs: int = 1
+    check: bool = True
+    """After the search, also try the two values above each first failure (``check_points``)."""
     results: dict[Point, dict[str, bool]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -144,6 +147,8 @@ class Search:
             raise InvalidArgumentError(f"fit: --vary names a parameter twice: {', '.join(names)}")
         outers = list(itertools.product(*(a.grid() for a in self.axes[:-1])))
         self.lines = [_Line(tuple(o), s) for o in outers for s in self.settings]
+        self._checked = False
+        self._pending_checks: list[Point] = []
 
     @property
     def inner(self) -> Axis:
@@ -206,7 +211,35 @@ class Search:
                         chosen.append(want[rank])
             if not added or len(chosen) >= max(1, self.jobs):
                 break
+        if not chosen and self.check and not self._checked:
+            # Every boundary found: the monotonicity the search assumed, checked above each
+            # first failure (as gpu_truth.py checks the real runs at B+1 and B+2).
+            self._checked = True
+            chosen = sorted(set(self.check_points()))
+            if chosen:
+                self._pending_checks = chosen[max(1, self.jobs) :]
+                return chosen[: max(1, self.jobs)]
+        if not chosen and self._pending_checks:
+            chosen, self._pending_checks = self._pending_checks[: max(1, self.jobs)], self._pending_checks[max(1, self.jobs) :]
         return chosen
+
+    def check_points(self) -> list[Point]:
+        """The two values of the last axis above each line's first failure (one past the end of
+        a list), not tried yet."""
+        ax = self.inner
+        out = []
+        for line in self.lines:
+            self._update(line)
+            if line.fail is None or line.ok is None:
+                continue
+            if ax.values is not None:
+                continue  # a list: every value was tried
+            for k in (1, 2):
+                v = line.fail + k * ax.step
+                p = (*line.outer, v)
+                if v <= ax.hi and p not in self.results:
+                    out.append(p)
+        return out
 
     def record(self, point: Point, fits: Mapping[str, bool]) -> None:
         self.results.setdefault(point, {}).update(fits)
