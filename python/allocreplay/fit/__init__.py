@@ -406,5 +406,6 @@ def _breakdown(table: pl.DataFrame, names: list[str], cap: int) -> tuple[pl.Data
         return None, {n: row[n] for n in names}
     from allocreplay._api import load
 
-    df = fn(load(row["trace"]), "pytorch")
+    # Replayed without a limit (1 PiB): the whole peak the candidate needs, not where it stopped.
+    df = fn(load(row["trace"]), "pytorch", capacity=1 << 50)
     return df, {n: row[n] for n in names}

@@ -176,9 +176,9 @@ def fit_cmd(
         from allocreplay.report import _plotly
 
         _plotly()
-        parent = os.path.dirname(os.path.abspath(out))
-        if not os.path.isdir(parent):
-            raise click.UsageError(f"{out}: directory {parent} does not exist")
+        from allocreplay import _output
+
+        _output.target(out)  # a missing folder, a directory, a block device: refused now
     env_map = dict(_env_pair(e) for e in env)
     vals = list(parse_values(values, "--values")) if values else None
     started = time.monotonic()
@@ -231,8 +231,12 @@ def fit_cmd(
     if result.breakdown is not None and result.breakdown_at is not None:
         at = ", ".join(f"{k}={v}" for k, v in result.breakdown_at.items())
         click.echo("")
-        click.echo(f"why {at} does not fit with the defaults: its memory at the peak, by category")
         b = result.breakdown
+        total = int(b["bytes"].sum())
+        click.echo(
+            f"why {at} does not fit with the defaults: at its peak, replayed without a limit, it reserves {_gib(total)} "
+            f"against the limit of {_gib(result.capacity_bytes)}; by category:"
+        )
         rows = [
             [str(r["category"]), _gib(r["bytes"]), "-" if r.get("share") is None else f"{r['share']:.1%}", str(r.get("how_tagged") or "")]
             for r in b.iter_rows(named=True)

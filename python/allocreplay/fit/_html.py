@@ -4,12 +4,11 @@ setting, the device's limit as a line; self-contained (plotly.js inlined, opens 
 from __future__ import annotations
 
 import html
-import os
 from typing import TYPE_CHECKING
 
 import polars as pl
 
-from allocreplay import _core
+from allocreplay import _core, _output
 
 if TYPE_CHECKING:
     from allocreplay.fit import FitResult
@@ -96,12 +95,6 @@ def build_html(result: FitResult, *, title: str) -> str:
 
 def write_html(result: FitResult, path: str, *, title: str) -> None:
     text = build_html(result, title=title)
-    folder, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    # Atomically (a file; a symlink's target), written through (a device, a FIFO, "-").
+    with _output.open_output(_output.target(path), "w") as f:
+        f.write(text)
