@@ -5,11 +5,12 @@
 >>> trace.events            # Polars DataFrame, one row per event
 >>> result = allocreplay.replay(trace, ["pytorch", "pytorch:expandable_segments:True"])
 >>> result.summary          # one row per policy and device
+>>> allocreplay.analysis.oom(trace, "pytorch")  # where the memory goes (Polars DataFrames)
 >>> allocreplay.tune(trace, "16GiB")  # settings that fit, best first (Polars DataFrame)
 >>> allocreplay.policies()  # every policy and its options (name, type, default, help)
 """
 
-from allocreplay import errors
+from allocreplay import analysis, errors
 from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc, validate_reports, xla_runtime
 from allocreplay._catalogue import devices
 from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, BfcValidationReport, PolicyInfo, PolicyOption, TraceInfo, ValidationReport, __version__, policies
@@ -54,6 +55,7 @@ __all__ = [
     "UnsafePickleError",
     "ValidationReport",
     "__version__",
+    "analysis",
     "capture",
     "devices",
     "errors",

@@ -123,7 +123,8 @@ def rank(rows: pl.DataFrame, specs: list[str], objective: str = "peak_reserved")
     objective. Aggregated over traces and devices: peak = the largest, retries / OOMs / device
     calls = the sums, margin = the smallest capacity minus peak reserved. `pareto`: not beaten on
     both peak reserved and device calls by another setting that fits. A setting whose policy
-    failed on a trace (`error`, a bug in a policy) does not fit."""
+    cannot run on a trace (`error`: the reason, from its replay's summary row) does not fit, has
+    no numbers and is ranked last, after those that run out of memory."""
     if objective not in OBJECTIVES:
         raise InvalidArgumentError(f"unknown objective '{objective}'; objectives: {', '.join(OBJECTIVES)}")
     agg = rows.group_by("setting").agg(
@@ -147,8 +148,13 @@ def rank(rows: pl.DataFrame, specs: list[str], objective: str = "peak_reserved")
         "device_calls": ["device_calls", "peak_reserved_bytes", "num_alloc_retries"],
         "retries": ["num_alloc_retries", "peak_reserved_bytes", "device_calls"],
     }[objective]
-    agg = agg.with_columns((~pl.col("fits")).alias("_nofit"), (pl.col("num_alloc_retries") > 0).alias("_retries"))
-    agg = agg.sort(["_nofit", "_retries", *keys, "setting"]).drop("_nofit", "_retries")
+    # A setting that cannot run has no numbers: none of a replay that ran on another trace.
+    numbers = ["peak_reserved_bytes", "peak_allocated_bytes", "num_alloc_retries", "num_ooms", "device_calls", "margin_bytes"]
+    agg = agg.with_columns(pl.when(pl.col("error").is_null()).then(pl.col(c)).alias(c) for c in numbers)
+    agg = agg.with_columns(
+        pl.col("error").is_not_null().alias("_failed"), (~pl.col("fits")).alias("_nofit"), (pl.col("num_alloc_retries") > 0).alias("_retries")
+    )
+    agg = agg.sort(["_failed", "_nofit", "_retries", *keys, "setting"], nulls_last=True).drop("_failed", "_nofit", "_retries")
     # Pareto front of (peak reserved, device calls) among the settings that fit.
     front: set[int] = set()
     best_calls = None

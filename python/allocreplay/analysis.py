@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from allocreplay._api import ReplayResult, Trace
 
 __all__ = [
+    "CAPACITY_SOURCES",
     "State",
     "breakdown",
     "call_sites",
@@ -39,6 +40,7 @@ __all__ = [
     "fragmentation",
     "frame_tables",
     "holes",
+    "limits",
     "live_allocations",
     "oom",
     "segments",
@@ -124,12 +126,62 @@ def _capacity(capacity: str | float | None) -> str | None:
     return _capacity_arg(capacity)
 
 
+# What each ``capacity_source`` means, in the words every command prints.
+CAPACITY_SOURCES = {
+    "--capacity": "--capacity",
+    "recorded_cap": "the recorded run's cap (set_per_process_memory_fraction)",
+    "device_total_minus_cuda_context": "the device's memory minus the CUDA context's share (no cap recorded)",
+    "device_total": "the device's total memory",
+    "unlimited": "no device memory recorded: unlimited",
+}
+
+
+def limits(trace: Trace | str | os.PathLike[str], capacity: str | float | None = None) -> pl.DataFrame:
+    """The device limit every replay and analysis of ``trace`` runs under, one row per device:
+    ``device``, ``capacity_bytes`` (null: unlimited), ``capacity_source`` (``--capacity``,
+    ``recorded_cap``, ``device_total_minus_cuda_context``, ``device_total``, ``unlimited``).
+
+    Computed by the core's one rule (``replay::default_limit``: ``capacity`` when given, else the
+    recorded run's cap, else for a PyTorch trace the device's memory minus the CUDA context's
+    share, else the device's memory), read from a replay's summary: what ``replay``,
+    ``compare``, ``report``, ``tune`` and every function of this module use."""
+    t = _trace(trace)
+    # `ideal` (the live bytes) builds no allocator, so it runs on every trace, and fast.
+    s = pl.DataFrame(_core.replay(t._inner, ["ideal"], _capacity(capacity), 1, False).summary)
+    return s.select("device", "capacity_bytes", "capacity_source").sort("device")
+
+
+def _state_tables(t: Trace, policy: str, at: str | int, capacity: str | float | None) -> tuple[pl.DataFrame, ...]:
+    """``_core.state_at``'s tables at the limit :func:`limits` gives: without ``capacity``, a
+    device whose run recorded a cap is replayed at that cap, as ``replay`` does."""
+    if capacity is not None:
+        s, live, blocks, segs, _ = _core.state_at(t._inner, policy, str(at), _capacity(capacity), False)
+        return pl.DataFrame(s), pl.DataFrame(live), pl.DataFrame(blocks), pl.DataFrame(segs)
+    # The recorded cap is what a replay gets as its capacity: pass it as one (the same limit,
+    # the same policy configuration), per group of devices sharing it.
+    lim = limits(t)
+    groups: dict[int | None, list[int]] = {}
+    for device, cap, source in lim.iter_rows():
+        groups.setdefault(cap if source == "recorded_cap" else None, []).append(device)
+    parts = []
+    for cap, devices in groups.items():
+        tables = _core.state_at(t._inner, policy, str(at), None if cap is None else str(cap), False)[:4]
+        frames = [pl.DataFrame(x) for x in tables]
+        if len(groups) > 1:
+            frames = [f.filter(pl.col("device").is_in(devices)) for f in frames]
+        parts.append(frames)
+    if len(parts) == 1:
+        return tuple(parts[0])
+    return tuple(pl.concat([p[k] for p in parts], how="vertical_relaxed") for k in range(4))
+
+
 def state(trace: Trace | str | os.PathLike[str], policy: str = "pytorch", *, at: str | int = "peak", capacity: str | float | None = None) -> State:
     """The state of ``policy`` at ``at`` on every device of ``trace`` (for ``at="oom"``, the
-    devices where the policy failed a request)."""
+    devices where the policy failed a request). ``capacity``: as :func:`allocreplay.replay`'s;
+    default: the limit the recorded run had (:func:`limits`), as every command uses."""
     t = _trace(trace)
-    s, live, blocks, segs, _ = _core.state_at(t._inner, policy, str(at), _capacity(capacity), False)
-    return State(pl.DataFrame(s), pl.DataFrame(live), pl.DataFrame(blocks), pl.DataFrame(segs))
+    s, live, blocks, segs = _state_tables(t, policy, at, capacity)
+    return State(s, live, blocks, segs)
 
 
 def _with_call_sites(t: Trace, df: pl.DataFrame) -> pl.DataFrame:
@@ -388,14 +440,17 @@ def diff_timeline(result: ReplayResult, policy_a: str, policy_b: str) -> pl.Data
 
 def compare(trace: Trace, result: ReplayResult) -> pl.DataFrame:
     """A replay's policies ranked per device: those that fit first, then by peak reserved
-    bytes, then by device calls (``allocreplay compare``).
+    bytes, then by device calls (``allocreplay compare``); a policy that could not run on the
+    device (its summary row's ``error``) last, with its reason and no numbers.
 
     Columns: ``rank`` (1 = best, per device), ``policy``, ``device``, ``peak_reserved_bytes``,
     ``peak_allocated_bytes``, ``efficiency`` (peak allocated / peak reserved: the share of the
     reserved peak that held data; null for a zero peak), ``device_calls`` (device allocations
     + frees: cudaMalloc/cudaFree, maps/unmaps), ``num_alloc_retries``, ``num_ooms``, ``oom``
-    (true: the policy failed a request), ``first_oom_event``, ``first_oom_requested_bytes``,
-    ``first_oom_call_site``, ``capacity_bytes``."""
+    (true: the policy failed a request; null: it could not run), ``first_oom_event``,
+    ``first_oom_requested_bytes``, ``first_oom_call_site``, ``capacity_bytes``,
+    ``capacity_source`` (see :func:`limits`), ``error`` (why the policy could not run; null
+    when it ran)."""
     s = result.summary
     ev = trace.events.with_row_index("first_oom_event").select(pl.col("first_oom_event").cast(pl.UInt64), "stack_id")
     sites = call_sites(trace).select("stack_id", first_oom_call_site="call_site")
@@ -405,9 +460,10 @@ def compare(trace: Trace, result: ReplayResult) -> pl.DataFrame:
         .with_columns(
             efficiency=pl.when(pl.col("peak_reserved_bytes") > 0).then(pl.col("peak_allocated_bytes") / pl.col("peak_reserved_bytes")).otherwise(None),
             device_calls=pl.col("num_device_alloc") + pl.col("num_device_free"),
-            oom=pl.col("num_ooms") > 0,
+            oom=pl.when(pl.col("error").is_null()).then(pl.col("num_ooms") > 0),
+            _failed=pl.col("error").is_not_null(),
         )
-        .sort(["device", "oom", "peak_reserved_bytes", "device_calls", "policy"])
+        .sort(["device", "_failed", "oom", "peak_reserved_bytes", "device_calls", "policy"], nulls_last=True)
         .with_columns(rank=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32).over("device"))
     )
     return out.select(
@@ -425,4 +481,6 @@ def compare(trace: Trace, result: ReplayResult) -> pl.DataFrame:
         "first_oom_requested_bytes",
         "first_oom_call_site",
         "capacity_bytes",
+        "capacity_source",
+        "error",
     )

@@ -8,7 +8,9 @@
   our own plain dicts with :mod:`pickle` (only *reading* untrusted pickles must avoid it).
 - :func:`chrome_trace`: allocated and reserved bytes over time as Chrome trace-event JSON
   counter events (``"ph": "C"``), which Perfetto (ui.perfetto.dev) and ``chrome://tracing``
-  open: one process per device, one counter track per policy.
+  open: one process per device, one counter track per policy; a policy that could not run on
+  a device is an instant event ``"<policy>: cannot run"`` there, its reason in ``args.error``
+  (and listed under ``otherData.policies_that_cannot_run``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from allocreplay import _core
+from allocreplay import _core, _output
 from allocreplay.analysis import _frame_tables
-from allocreplay.errors import TraceIOError
 
 if TYPE_CHECKING:
     from allocreplay._api import ReplayResult, Trace
@@ -154,11 +155,9 @@ def _allocator_settings(trace: Trace, policy: str) -> dict[str, Any] | None:
 def write_snapshot(trace: Trace, policy: str, path: str | os.PathLike[str], *, capacity: str | float | None = None) -> dict[str, Any]:
     """Writes :func:`snapshot` as a pickle to ``path``; returns the dict."""
     snap = snapshot(trace, policy, capacity=capacity)
-    try:
-        with open(path, "wb") as f:
-            pickle.dump(snap, f, protocol=4)
-    except OSError as e:
-        raise TraceIOError(f"{os.fspath(path)}: {e.strerror or e}") from None
+    # Atomically (a file), written through (a device, a FIFO, "-"): allocreplay._output.
+    with _output.open_output(_output.target(path), "wb") as f:
+        pickle.dump(snap, f, protocol=4)
     return snap
 
 
@@ -166,7 +165,10 @@ def chrome_trace(result: ReplayResult) -> dict[str, Any]:
     """A replay's timeline as Chrome trace-event JSON (``{"traceEvents": [...]}``): per
     (policy, device) a counter track ``"<policy>"`` in process ``"device N"`` with
     ``allocated`` and ``reserved`` bytes. ``ts`` is in microseconds from the first event
-    (from ``time_ns`` when the trace has times; else the event index is used as microseconds)."""
+    (from ``time_ns`` when the trace has times; else the event index is used as microseconds).
+    A policy that could not run on a device (its summary row's ``error``) has no counters: an
+    instant event ``"<policy>: cannot run"`` at ``ts`` 0 in that device's process carries its
+    reason (``args.error``), and ``otherData.policies_that_cannot_run`` lists them all."""
     tl = result.timeline
     has_time = tl["time_ns"].null_count() < tl.height if tl.height else False
     t0 = tl["time_ns"].min() if has_time else 0
@@ -177,15 +179,22 @@ def chrome_trace(result: ReplayResult) -> dict[str, Any]:
     ]
     for policy, device, t, a, r in rows.iter_rows():
         events.append({"name": policy, "ph": "C", "ts": t, "pid": device, "args": {"allocated": a, "reserved": r}})
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"generator": "allocreplay", "unit": "bytes"}}
+    failed = result.summary.filter(pl.col("error").is_not_null()).select("policy", "device", "error").to_dicts()
+    named = {e["pid"] for e in events if e["ph"] == "M"}
+    for f in failed:
+        if f["device"] not in named:
+            named.add(f["device"])
+            events.append({"name": "process_name", "ph": "M", "pid": int(f["device"]), "args": {"name": f"device {f['device']}"}})
+        events.append({"name": f"{f['policy']}: cannot run", "ph": "i", "s": "p", "ts": 0, "pid": f["device"], "args": {"error": f["error"]}})
+    other: dict[str, Any] = {"generator": "allocreplay", "unit": "bytes"}
+    if failed:
+        other["policies_that_cannot_run"] = failed
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
 def write_chrome_trace(result: ReplayResult, path: str | os.PathLike[str]) -> dict[str, Any]:
     """Writes :func:`chrome_trace` as JSON to ``path``; returns the dict."""
     data = chrome_trace(result)
-    try:
-        with open(path, "w") as f:
-            json.dump(data, f)
-    except OSError as e:
-        raise TraceIOError(f"{os.fspath(path)}: {e.strerror or e}") from None
+    with _output.open_output(_output.target(path), "w") as f:
+        json.dump(data, f)
     return data

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
-from allocreplay import _core, analysis
-from allocreplay.errors import InvalidArgumentError, TraceIOError
+from allocreplay import _core, _output, analysis
+from allocreplay.errors import InternalError, InvalidArgumentError
 from allocreplay.plot import capacity_in_range
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ def _timeline_figure(go: Any, result: ReplayResult, title: str) -> Any:
     caps = [c for c in summary["capacity_bytes"].to_list() if c]
     cap = min(caps) if caps else None
     for k, row in enumerate(summary.iter_rows(named=True)):
+        if row["error"] is not None:
+            continue  # a policy that could not run: no line; its reason is in the tables
         color = COLORS[k % len(COLORS)]
         name = f"{row['policy']} (device {row['device']})" if summary["device"].n_unique() > 1 else row["policy"]
         t = tl.filter((pl.col("policy") == row["policy"]) & (pl.col("device") == row["device"]))
@@ -263,7 +265,10 @@ def _table(df: pl.DataFrame, fmt: dict[str, Any]) -> str:
 def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: str | float | None = None, top: int = 10) -> str:
     """The report's HTML (see the module's docstring)."""
     go = _plotly()
-    policies = [p for p in dict.fromkeys(result.summary["policy"].to_list()) if p.split(":", 1)[0] not in ("ideal", "offline")]
+    # Policies that could not run on a device (their summary row's `error`) have no state to
+    # look at: they are ranked last in the table, with their reason, and left out of the charts.
+    failed = set(result.summary.filter(pl.col("error").is_not_null())["policy"].to_list())
+    policies = [p for p in dict.fromkeys(result.summary["policy"].to_list()) if p.split(":", 1)[0] not in ("ideal", "offline") and p not in failed]
     figures: list[tuple[str, Any]] = [
         ("timeline", _timeline_figure(go, result, title)),
         ("fragmentation", _fragmentation_figure(go, result)),
@@ -292,9 +297,14 @@ def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: st
                 + "</ul>"
             )
     ranked = analysis.compare(trace, result)
+    ranked = ranked.with_columns(
+        oom=pl.when(pl.col("error").is_not_null()).then(pl.lit("cannot run")).when(pl.col("oom")).then(pl.lit("OOM")).otherwise(pl.lit("fits"))
+    )
+    if ranked["error"].null_count() == ranked.height:
+        ranked = ranked.drop("error")
     size = lambda v: _gib(v)  # noqa: E731
     table = _table(
-        ranked.drop("first_oom_requested_bytes", "num_ooms").rename(
+        ranked.drop("first_oom_requested_bytes", "num_ooms", "capacity_source").rename(
             {
                 "peak_reserved_bytes": "peak reserved",
                 "peak_allocated_bytes": "peak allocated",
@@ -303,17 +313,26 @@ def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: st
                 "first_oom_event": "first OOM event",
                 "first_oom_call_site": "first OOM call site",
                 "capacity_bytes": "capacity",
+                "oom": "verdict",
             }
+            | ({"error": "why it could not run"} if "error" in ranked.columns else {})
         ),
         {
             "peak reserved": size,
             "peak allocated": size,
             "capacity": size,
             "efficiency": lambda v: f"{v:.1%}",
-            "oom": lambda v: "OOM" if v else "fits",
         },
     )
     ooms = pl.concat([analysis.oom(trace, p, capacity=capacity) for p in policies], how="vertical_relaxed") if policies else pl.DataFrame()
+    # The table above and this section come from replays at the same limit (analysis.limits):
+    # they agree on which policies ran out of memory, and where.
+    replay_ooms = {(r["policy"], r["device"], r["first_oom_event"]) for r in ranked.iter_rows(named=True) if r["oom"] == "OOM" and r["policy"] in policies}
+    found = set(ooms.select("policy", "device", "event").iter_rows()) if not ooms.is_empty() else set()
+    if replay_ooms != found:
+        raise InternalError(
+            f"the replay and the analysis disagree on the out-of-memory events (replay: {sorted(replay_ooms)}, analysis.oom: {sorted(found)}); please report it"
+        )
     oom_html = (
         "<p>No policy ran out of memory.</p>"
         if ooms.is_empty()
@@ -342,6 +361,16 @@ def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: st
             + "</div>"
         )
     info = trace.info()
+    limit_html = "".join(
+        f"<br>Limit of device {d}: {'none' if cap is None else f'{cap:,} bytes ({_gib(cap)})'} — {html.escape(analysis.CAPACITY_SOURCES.get(src, src))}."
+        for d, cap, src in analysis.limits(trace, capacity).iter_rows()
+    )
+    failed_html = "".join(
+        f"<li><b>{html.escape(r['policy'])}</b> (device {r['device']}): {html.escape(r['error'])}</li>"
+        for r in result.summary.filter(pl.col("error").is_not_null()).iter_rows(named=True)
+    )
+    if failed_html:
+        failed_html = f"<h2>Policies that could not run</h2>\n<ul>{failed_html}</ul>"
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -359,9 +388,10 @@ td:nth-child(2), td:last-child {{ text-align: left; max-width: 420px; }}
 <body>
 <h1>allocreplay report: {html.escape(title)}</h1>
 <p>{info["events"]:,} events on device(s) {", ".join(map(str, info["devices"]))}; the recorded run's peak reserved: {_gib(info["recorded_peak_reserved_bytes"])}.
-Policies replayed: {html.escape(", ".join(result.summary["policy"].unique(maintain_order=True).to_list()))}.</p>
+Policies replayed: {html.escape(", ".join(result.summary["policy"].unique(maintain_order=True).to_list()))}.{limit_html}</p>
 <h2>Policies, best first</h2>
 {table}
+{failed_html}
 <h2>Out of memory</h2>
 {oom_html}
 {breakdown_html}
@@ -376,8 +406,6 @@ Policies replayed: {html.escape(", ".join(result.summary["policy"].unique(mainta
 def write_report(trace: Trace, result: ReplayResult, path: str | os.PathLike[str], *, title: str, capacity: str | float | None = None, top: int = 10) -> None:
     """Writes :func:`build_report` to ``path``."""
     text = build_report(trace, result, title=title, capacity=capacity, top=top)
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise TraceIOError(f"{os.fspath(path)}: {e.strerror or e}") from None
+    # Atomically (a file), written through (a device, a FIFO, "-"): allocreplay._output.
+    with _output.open_output(_output.target(path), "w") as f:
+        f.write(text)
