@@ -113,12 +113,17 @@ class Trace:
 
     def save(self, path: str | os.PathLike[str], *, device: int | None = None, metadata: dict[str, Any] | None = None) -> None:
         """Writes the trace as an Arrow IPC file (``.arrow``), readable by :func:`load`;
-        atomically (a temporary file beside ``path``, renamed once complete).
+        atomically (a temporary file beside ``path``, flushed to disk and renamed once
+        complete). A symlink is followed (its target replaced, the link kept); a character
+        device or a FIFO is written through; ``-`` is stdout (see ``allocreplay._output``).
 
         ``device``: keep only that device's events (and its entries of the metadata).
         ``metadata``: keys to replace in the metadata (nested dicts merge key by key).
         """
-        self._inner.save(os.fspath(path), device, metadata)
+        from allocreplay import _output
+
+        with _output.output_path(_output.target(path)) as tmp:
+            self._inner.save(tmp, device, metadata)
 
     def ipc_bytes(self) -> bytes:
         """The bytes :meth:`save` would write."""
@@ -139,6 +144,10 @@ def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = 
     instead of raising :class:`~allocreplay.errors.TraceFormatError`; ``info()["lenient_skipped"]``
     says how many (docs/bad-inputs.md).
     """
+    from allocreplay._output import check_input
+
+    check_input(path)  # a FIFO, a device: refused, not read for ever
+    check_input(meta)
     return Trace(_core.load(os.fspath(path), None if meta is None else os.fspath(meta), allocator, lenient))
 
 

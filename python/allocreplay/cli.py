@@ -2,9 +2,10 @@
 
 Every error — a bad file, a bad option — is one line on stderr, ``error: <file>: <what is
 wrong>``, and exit code 2; never a traceback. Files a command writes (``-o``, ``--plot``,
-``--runtime``) are checked before the work starts, written atomically (a temporary file beside
-the target, renamed once complete) and ``-`` writes them to stdout. A closed pipe
-(``allocreplay info X | head -1``) ends the command quietly with exit code 0.
+``--runtime``) are checked before the work starts and written by :mod:`allocreplay._output`:
+atomically (a temporary file beside the target, renamed once complete), symlinks followed,
+devices and FIFOs written through, an input never overwritten; ``-`` writes them to stdout. A
+closed pipe (``allocreplay info X | head -1``) ends the command quietly with exit code 0.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 import click
 
-from allocreplay import _core
+from allocreplay import _core, _output, analysis
 from allocreplay._api import Trace, _streams, validate_reports, validation_dict
 from allocreplay._api import plan as _plan
 from allocreplay._core import BfcValidationReport, ValidationReport
@@ -59,6 +59,9 @@ class _Cli(click.Group):
         except AllocReplayError as e:
             _fail(str(e))
             rv = EXIT_ERROR
+        except _output.Terminated as e:  # SIGTERM / SIGHUP: temporary files are gone already
+            _fail(f"terminated by signal {e.signum}")
+            rv = 128 + e.signum
         except BrokenPipeError:  # outside a command (see invoke)
             _silence_stdout()
             rv = 0
@@ -66,6 +69,16 @@ class _Cli(click.Group):
             # Writing an output failed (disk full, permissions...): the file and the reason.
             _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
             rv = EXIT_ERROR
+        if _output.work_still_running():
+            # Interrupted while the core still works in an abandoned thread: exit now, without
+            # the interpreter's shutdown (which would wait for it, or race it).
+            _output.remove_pending()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(rv if isinstance(rv, int) else EXIT_ERROR)
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -137,14 +150,22 @@ TRACE_PATH = click.Path(dir_okay=True, path_type=str)
 OUT_PATH = click.Path(dir_okay=False, allow_dash=True, path_type=str)
 
 
-def _check_output(path: str | None) -> None:
-    """Fails now, before any work, when the folder of ``path`` is missing (``click.Path``
-    has refused a folder as ``path``)."""
-    if path is None or path == "-":
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise click.ClickException(f"{path}: the folder {folder} does not exist")
+def _check_output(path: str | None, *inputs: str | None) -> _output.Target | None:
+    """Resolves and checks the output ``path`` now, before any work (see :mod:`allocreplay._output`):
+    its folder exists, it is not a directory nor a block device, nor one of ``inputs``."""
+    if path is None:
+        return None
+    return _output.target(path, inputs)
+
+
+def _sidecar(path: str, meta: str | None) -> str | None:
+    """The metadata ``NAME.json`` a raw source ``NAME.pickle.xz`` is read with when no
+    ``--meta`` is given (``import::sidecar_json``): an input too."""
+    if meta is not None:
+        return None
+    name = os.path.basename(path)
+    candidate = os.path.join(os.path.dirname(path), name.split(".")[0] + ".json")
+    return candidate if candidate != path else None
 
 
 def _one_stdout(*outputs: tuple[str, str | None]) -> bool:
@@ -155,36 +176,16 @@ def _one_stdout(*outputs: tuple[str, str | None]) -> bool:
     return bool(on_stdout)
 
 
-@contextmanager
-def _atomic(path: str) -> Iterator[str]:
-    """A temporary path beside ``path``, renamed to it when the block completes and removed if
-    it fails: a reader never sees a partial file."""
-    folder, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+def _write_binary(out: _output.Target, writer: Callable[[IO[bytes]], object]) -> None:
+    """Writes ``out`` (stdout, a device, a FIFO, or a file atomically) with ``writer``."""
+    _output.write_bytes(out, writer)
 
 
-def _write_binary(path: str, writer: Callable[[IO[bytes]], object]) -> None:
-    """Writes ``path`` (``-``: stdout) with ``writer``, atomically."""
-    if path == "-":
-        out = sys.stdout.buffer
-        writer(out)
-        out.flush()
-        return
-    with _atomic(path) as tmp, open(tmp, "wb") as f:
-        writer(f)
-
-
-def _save_trace(trace: Trace, path: str) -> None:
-    if path == "-":
-        _write_binary(path, lambda f: f.write(trace.ipc_bytes()))
+def _save_trace(trace: Trace, out: _output.Target) -> None:
+    if out.kind == "stdout":
+        _write_binary(out, lambda f: f.write(trace.ipc_bytes()))
     else:
-        trace.save(path)  # the core's writer, atomic too
+        trace.save(out.path)  # Trace.save writes through allocreplay._output too
 
 
 _allocator_option = click.option(
@@ -210,9 +211,10 @@ _meta_option = click.option("--meta", type=click.Path(dir_okay=False, path_type=
 @_lenient_option
 def import_cmd(src: str, out: str, meta: str | None, allocator: str | None, lenient: bool) -> None:
     """Import a raw capture SRC into the canonical .arrow trace format."""
-    _check_output(out)
+    target = _check_output(out, src, meta, _sidecar(src, meta))
+    assert target is not None
     trace = _load(src, meta, allocator, lenient=lenient)
-    _save_trace(trace, out)
+    _save_trace(trace, target)
     info = trace.info()
     click.echo(f"{out}: {info.events:,} events ({info.allocs:,} allocs, {info.frees:,} frees) from {src}", err=True)
 
@@ -292,6 +294,14 @@ def _table(rows: list[list[str]], header: list[str], text_columns: Sequence[int]
     return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)])
 
 
+# The one default every command replays at (analysis.limits, the core's replay::default_limit).
+_CAPACITY_HELP = (
+    "Device memory available: bytes, a size (80GiB, 81920MiB, 16GB) or a fraction of the trace's device memory (0.5). "
+    "Default: the limit the recorded run had: its set_per_process_memory_fraction cap when it recorded one, else (PyTorch) "
+    "the device's memory minus the CUDA context's share, else the device's memory; every output says which (capacity_source)."
+)
+
+
 @cli.command("replay")
 @click.argument("trace", type=TRACE_PATH)
 @click.option(
@@ -306,7 +316,7 @@ def _table(rows: list[list[str]], header: list[str], text_columns: Sequence[int]
     "-c",
     "--capacity",
     metavar="SIZE",
-    help="Device memory available: bytes, a size (80GiB, 81920MiB, 16GB) or a fraction of the trace's device memory (0.5). Default: the limit the recorded run had: its set_per_process_memory_fraction cap when it recorded one, else (PyTorch) the device's memory minus the CUDA context's share; every output says which (capacity_source).",
+    help=_CAPACITY_HELP,
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per policy and device.")
 @click.option(
@@ -345,8 +355,10 @@ def replay_cmd(
     specs = list(policies) or ["pytorch"]
     # Everything that can be refused is refused before the trace is loaded and replayed.
     stdout_taken = _one_stdout(("-o", out), ("--plot", plot_path), *([("--json", "-")] if as_json else []))
-    _check_output(out)
-    _check_output(plot_path)
+    out_target = _check_output(out, trace, meta, _sidecar(trace, meta))
+    plot_target = _check_output(plot_path, trace, meta, _sidecar(trace, meta))
+    if out_target and plot_target and out_target.kind == plot_target.kind == "file" and out_target.real == plot_target.real:
+        raise click.UsageError(f"-o and --plot both write {out}")
     if capacity is not None:
         _core.parse_capacity(capacity)
     if plot_path:
@@ -361,13 +373,13 @@ def replay_cmd(
         result = _replay_progress(t, specs, capacity, placements=False, quiet=quiet)
         info = t.info()
     summary = result.summary
-    if out:
-        _write_binary(out, summary.write_ipc)
-    if plot_path:
+    if out_target:
+        _write_binary(out_target, summary.write_ipc)
+    if plot_target and plot_path:
         from allocreplay.plot import plot_timeline
 
         fmt = "png" if plot_path == "-" else (os.path.splitext(plot_path)[1].lstrip(".").lower() or "png")
-        _write_binary(plot_path, lambda f: plot_timeline(result, f, title=os.path.basename(trace), format=fmt))
+        _write_binary(plot_target, lambda f: plot_timeline(result, f, title=os.path.basename(trace), format=fmt))
         if plot_path != "-":
             click.echo(f"timeline written to {plot_path}", err=True)
     if as_json:
@@ -416,13 +428,7 @@ def replay_cmd(
     click.echo("\n".join(report), err=stdout_taken)
 
 
-_CAPACITY_SOURCES = {
-    "--capacity": "--capacity",
-    "recorded_cap": "the recorded run's cap (set_per_process_memory_fraction)",
-    "device_total_minus_cuda_context": "the device's memory minus the CUDA context's share (no cap recorded)",
-    "device_total": "the device's total memory",
-    "unlimited": "no device memory recorded: unlimited",
-}
+_CAPACITY_SOURCES = analysis.CAPACITY_SOURCES
 
 
 @cli.command("policies")
@@ -480,7 +486,7 @@ class _Bar:
     "-c",
     "--capacity",
     metavar="SIZE",
-    help="Device memory to fit in: bytes, a size (16GiB) or a fraction of the trace's device memory. Default: the recorded device's total memory.",
+    help=_CAPACITY_HELP.replace("Device memory available", "Device memory to fit in (on every trace)"),
 )
 @click.option(
     "--framework", type=click.Choice(["pytorch", "tf", "jax"]), help="Whose settings to search; default: the framework that recorded the first trace."
@@ -544,21 +550,33 @@ def tune_cmd(
         bar.close()
     if as_json:
         keys = ["policy", "env", "fits", "peak_reserved_bytes", "margin_bytes", "num_alloc_retries", "num_ooms", "device_calls", "pareto", "is_default", "rank"]
+        keys.append("error")  # why a setting cannot run (null: it ran)
         click.echo(json.dumps(ranked.select(keys).to_dicts()))
         return
     grid = grid_size(fw)
     how = "the whole grid" if len(specs) >= grid else f"{len(specs)} of a grid of {grid:,} (seed {seed})"
     events = sum(len(t) for t in loaded)
-    cap = f"capacity {_gib(_cap_bytes(loaded[0], capacity))}" if _cap_bytes(loaded[0], capacity) else "no capacity"
-    click.echo(f"{', '.join(traces)}: {events:,} events; {cap}; {fw} settings: {how}; objective {objective}")
+    click.echo(f"{', '.join(traces)}: {events:,} events; {_tune_limits(loaded, traces, capacity)}; {fw} settings: {how}; objective {objective}")
     d = ranked.filter(ranked["is_default"])
     if len(d):
         r = d.row(0, named=True)
-        click.echo(
-            f"defaults: peak reserved {_gib(r['peak_reserved_bytes'])}, margin {_margin(r['margin_bytes'])}, retries {r['num_alloc_retries']:,}, "
-            f"OOMs {r['num_ooms']:,}, device calls {r['device_calls']:,}{'' if r['fits'] else ' - does NOT fit'}"
-        )
+        if r["error"] is not None:
+            click.echo(f"defaults: cannot run: {' '.join(r['error'].split())}")
+        else:
+            click.echo(
+                f"defaults: peak reserved {_gib(r['peak_reserved_bytes'])}, margin {_margin(r['margin_bytes'])}, retries {r['num_alloc_retries']:,}, "
+                f"OOMs {r['num_ooms']:,}, device calls {r['device_calls']:,}{'' if r['fits'] else ' - does NOT fit'}"
+            )
     header = ["#", "env (paste this)", "fits", "peak reserved", "margin", "vs defaults", "retries", "OOMs", "device calls", "pareto"]
+
+    def count(n: int | None) -> str:
+        return "-" if n is None else f"{n:,}"
+
+    shown = ranked.head(top)
+    # A setting that cannot run (a policy's error on a trace) is ranked last, with its reason.
+    failed = shown["error"].null_count() < shown.height
+    if failed:
+        header.append("why it cannot run")
     rows = [
         [
             str(r["rank"]),
@@ -567,35 +585,44 @@ def tune_cmd(
             _gib(r["peak_reserved_bytes"]),
             _margin(r["margin_bytes"]),
             _delta(r["peak_vs_default_bytes"]),
-            f"{r['num_alloc_retries']:,}",
-            f"{r['num_ooms']:,}",
-            f"{r['device_calls']:,}",
+            count(r["num_alloc_retries"]),
+            count(r["num_ooms"]),
+            count(r["device_calls"]),
             "*" if r["pareto"] else "",
+            *([" ".join((r["error"] or "").split())] if failed else []),
         ]
-        for r in ranked.head(top).iter_rows(named=True)
+        for r in shown.iter_rows(named=True)
     ]
     widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
 
     def fmt(r: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i in (1, 9) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        return "  ".join(c.ljust(w) if i in (1, 9, 10) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
 
     click.echo("\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)]))
     best = ranked.row(0, named=True)
     if best["fits"]:
         click.echo(f"best: {best['env'] or '(the defaults)'}   # replay --policy '{best['policy']}'")
+    elif best["error"] is not None:
+        click.echo(f"no setting can run: {' '.join(best['error'].split())}")
     else:
         click.echo("no setting fits: every one runs out of memory on at least one trace")
+    failures = ranked.filter(ranked["error"].is_not_null())
+    if failures.height and failures.height > (failures["rank"] <= top).sum():
+        click.echo(f"{failures.height:,} settings cannot run on these traces (the last ranks; --json lists them with their reasons)")
 
 
-def _cap_bytes(trace: Trace, capacity: str | None) -> int | None:
-    devices = trace.metadata.get("devices") or [{}]
-    total = devices[0].get("total_memory")
-    if capacity is None:
-        return int(total) if total else None
-    c = _core.parse_capacity(capacity)
-    if isinstance(c, float):
-        return int(total * c) if total else None
-    return c
+def _tune_limits(loaded: list[Trace], names: Sequence[str], capacity: str | None) -> str:
+    """The limits the sweep replays each trace at (analysis.limits: the core's rule, as every
+    command), with where they come from."""
+    seen: dict[tuple[int | None, str], list[str]] = {}
+    for t, name in zip(loaded, names):
+        for _, cap, source in analysis.limits(t, capacity).iter_rows():
+            seen.setdefault((cap, source), []).append(name)
+    parts = []
+    for (cap, source), where in seen.items():
+        text = f"capacity {'unlimited' if cap is None else _gib(cap)} — {_CAPACITY_SOURCES.get(source, source)}"
+        parts.append(text if len(seen) == 1 else f"{text} ({', '.join(dict.fromkeys(where))})")
+    return "; ".join(parts)
 
 
 def _margin(n: int | None) -> str:
@@ -621,10 +648,12 @@ def _delta(n: int | None) -> str:
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
 def synth_cmd(trace: str, n: int, out: str, meta: str | None) -> None:
     """A long trace made from a real one, for benchmarks: TRACE repeated N times."""
+    target = _output.target(out, (trace, meta, _sidecar(trace, meta)))
     t = _load(trace, meta)
     # Written batch by batch as it is made: a tile of any length (100 M events) in the memory of
     # one batch.
-    events = _core.tile_file(t._inner, n, out)
+    with _output.output_path(target) as tmp:
+        events = _output.interruptible(_core.tile_file, t._inner, n, tmp)
     click.echo(f"{out}: {events:,} events ({n} x {len(t):,} from {trace})", err=True)
 
 
@@ -718,12 +747,13 @@ def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str
     --xla_dump_hlo_as_proto): the recorded preallocated-temp size, ours (XLA's heap planner
     replayed from the dump), the max-live lower bound, arguments and outputs."""
     stdout_taken = _one_stdout(("--runtime", runtime_out), *([("--json", "-")] if as_json else []))
-    _check_output(runtime_out)
-    plans = _plan(dump_dir)
-    if runtime_out:
+    runtime_target = _check_output(runtime_out)
+    _output.check_input(dump_dir)
+    plans = _output.interruptible(_plan, dump_dir)
+    if runtime_target:
         from allocreplay._api import xla_runtime
 
-        _save_trace(xla_runtime(dump_dir, program, calls), runtime_out)
+        _save_trace(_output.interruptible(xla_runtime, dump_dir, program, calls), runtime_target)
         if runtime_out != "-":
             click.echo(f"runtime trace ({calls} calls) written to {runtime_out}", err=True)
     if as_json:
@@ -855,7 +885,7 @@ _capacity_option = click.option(
     "-c",
     "--capacity",
     metavar="SIZE",
-    help="Device memory available: bytes, a size (80GiB) or a fraction of the trace's device memory (0.5). Default: the recorded device's total memory.",
+    help=_CAPACITY_HELP,
 )
 _meta_option = click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
 _quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
@@ -879,17 +909,22 @@ def _replayed(trace: str, policies: tuple[str, ...], capacity: str | None, meta:
 def compare_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_json: bool, meta: str | None, quiet: bool) -> None:
     """Rank policies on TRACE: those that fit first, then by peak reserved memory: peak
     reserved and allocated, efficiency (allocated / reserved at the peaks), device calls,
-    retries, and the first OOM with the call site that made the request."""
-    from allocreplay import analysis
-
+    retries, and the first OOM with the call site that made the request. A policy that
+    cannot run on TRACE is ranked last, with its reason."""
     t, result = _replayed(trace, policies, capacity, meta, quiet)
     ranked = analysis.compare(t, result)
     if as_json:
         click.echo(json.dumps(ranked.to_dicts()))
         return
     header = ["rank", "policy", "device", "peak reserved", "peak allocated", "efficiency", "device calls", "retries", "verdict", "first OOM"]
+    failed = ranked["error"].null_count() < ranked.height
+    if failed:
+        header.append("why it cannot run")
     rows = []
     for r in ranked.iter_rows(named=True):
+        if r["error"] is not None:
+            rows.append([str(r["rank"]), r["policy"], str(r["device"]), *["-"] * 5, "cannot run", "-", " ".join(r["error"].split())])
+            continue
         oom = "-"
         if r["first_oom_event"] is not None:
             oom = f"event {r['first_oom_event']:,}: {_gib(r['first_oom_requested_bytes'])}" + (
@@ -907,12 +942,16 @@ def compare_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_
                 f"{r['num_alloc_retries']:,}",
                 "OOM" if r["oom"] else "fits",
                 oom,
+                *([""] if failed else []),
             ]
         )
-    caps = {c for c in ranked["capacity_bytes"].to_list() if c is not None}
-    click.echo(f"{trace}: capacity {', '.join(_gib(c) for c in sorted(caps)) if caps else 'unlimited'}")
+    # The limit every row ran under, and where it comes from (analysis.limits: what `replay`
+    # and `report` say too).
+    limits = sorted({(r["capacity_bytes"], r["capacity_source"]) for r in ranked.iter_rows(named=True)}, key=lambda x: (x[0] or 0, x[1]))
+    caps = "; ".join(f"{'unlimited' if c is None else _gib(c)} — {_CAPACITY_SOURCES.get(src, src)}" for c, src in limits)
+    click.echo(f"{trace}: capacity {caps}")
     # Names and the OOM's call site read better left-aligned, numbers right-aligned.
-    left = {0, 1, 8, 9}
+    left = {0, 1, 8, 9, 10}
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for cells in [header, ["-" * w for w in widths], *rows]:
         click.echo("  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip())
@@ -981,6 +1020,7 @@ def report_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, out:
     from allocreplay.report import _plotly, write_report
 
     _plotly()  # say now, not after the replay, that plotly is missing
+    _output.target(out, (trace, meta, _sidecar(trace, meta)))  # refused now, before the work
     t, result = _replayed(trace, policies, capacity, meta, quiet)
     with _Progress("writing the report", quiet):
         write_report(t, result, out, title=os.path.basename(trace), capacity=capacity, top=top)
@@ -1002,6 +1042,7 @@ def export_snapshot_cmd(trace: str, policy: str, capacity: str | None, out: str,
 
     if capacity is not None:
         _core.parse_capacity(capacity)
+    _output.target(out, (trace, meta, _sidecar(trace, meta)))  # refused now, before the work
     t = _load(trace, meta, None, quiet)
     with _Progress(f"replaying under {policy}", quiet):
         snap = write_snapshot(t, policy, out, capacity=capacity)
@@ -1031,10 +1072,15 @@ def export_perfetto_cmd(trace: str, policies: tuple[str, ...], capacity: str | N
     specs = list(policies) or ["pytorch"]
     if capacity is not None:
         _core.parse_capacity(capacity)
+    _output.target(out, (trace, meta, _sidecar(trace, meta)))  # refused now, before the work
     t = _load(trace, meta, None, quiet)
     result = _replay_progress(t, specs, capacity, timeline_points=points, placements=False, quiet=quiet)
     data = write_chrome_trace(result, out)
-    click.echo(f"{out}: {len(data['traceEvents']):,} counter events", err=True)
+    counters = sum(1 for e in data["traceEvents"] if e["ph"] == "C")
+    click.echo(f"{out}: {counters:,} counter events", err=True)
+    for f in data["otherData"].get("policies_that_cannot_run", []):
+        # Not dropped: in the file as an instant event with its reason, and said here.
+        click.echo(f"{out}: {f['policy']} cannot run on device {f['device']} (no counters): {' '.join(f['error'].split())}", err=True)
 
 
 @cli.command("devices")
@@ -1072,7 +1118,7 @@ def devices_cmd(keys: tuple[str, ...], as_json: bool) -> None:
 
 
 def _register_fit() -> None:
-    from allocreplay.fit._cli import fit_cmd
+    from allocreplay._fit._cli import fit_cmd
 
     cli.add_command(fit_cmd)
 
@@ -1081,4 +1127,6 @@ _register_fit()
 
 
 def main() -> None:
+    # SIGTERM / SIGHUP unwind like Ctrl-C: the temporary files of the outputs are removed.
+    _output.install_signal_handlers()
     cli()

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from allocreplay import _core
+from allocreplay import _core, _output
 
 if TYPE_CHECKING:
     from allocreplay._api import ReplayResult, Trace
@@ -116,7 +116,8 @@ def replay(
     specs = list(policies)
     label = label or f"replaying under {len(specs)} polic{'y' if len(specs) == 1 else 'ies'}"
     with Bar(label, counter, enabled=False if quiet else None):
-        inner = _core.replay_progress(trace._inner, specs, counter, _capacity_arg(capacity), timeline_points, placements)
+        # In a worker thread under the CLI, so that Ctrl-C stops it at once (_output.interruptible).
+        inner = _output.interruptible(_core.replay_progress, trace._inner, specs, counter, _capacity_arg(capacity), timeline_points, placements)
     return ReplayResult(inner)
 
 
@@ -138,7 +139,7 @@ def replay_file(
     specs = list(policies)
     label = f"replaying {os.path.basename(path)} under {len(specs)} polic{'y' if len(specs) == 1 else 'ies'}"
     with Bar(label, counter, enabled=False if quiet else None):
-        inner, info = _core.replay_file(os.fspath(path), specs, counter, _capacity_arg(capacity), timeline_points, placements)
+        inner, info = _output.interruptible(_core.replay_file, os.fspath(path), specs, counter, _capacity_arg(capacity), timeline_points, placements)
     return ReplayResult(inner), info
 
 
@@ -147,6 +148,10 @@ def load(path: str, meta: str | None = None, allocator: str | None = None, *, qu
     far, then the elapsed time while the content is parsed."""
     from allocreplay._api import Trace
 
+    # A FIFO, a device, a socket: refused before the core opens it (a read that may never end).
+    _output.check_input(path)
+    _output.check_input(meta)
     counter = _core.Progress()
     with Bar(f"loading {os.path.basename(path)}", counter, enabled=False if quiet else None, unit="bytes"):
-        return Trace(_core.load_progress(os.fspath(path), counter, None if meta is None else os.fspath(meta), allocator, lenient))
+        inner = _output.interruptible(_core.load_progress, os.fspath(path), counter, None if meta is None else os.fspath(meta), allocator, lenient)
+        return Trace(inner)
