@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from allocreplay._fit import substitute
+from allocreplay._fit._search import Axis, Search, monotonicity_breaks, parse_vary
 from allocreplay.errors import InvalidArgumentError
-from allocreplay.fit import substitute
-from allocreplay.fit._search import Axis, Search, monotonicity_breaks, parse_vary
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO / "tests" / "data" / "fit_workload.py"
@@ -318,3 +318,28 @@ def test_ctrl_c_keeps_the_captures_that_finished(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     rows = json.loads(again.stdout)["rows"]
     assert [r["cached"] for r in rows if r["batch_size"] == 1] == [True]
+
+
+@needs_torch
+def test_the_python_api_returns_a_polars_table_and_the_answer(fitted):
+    import polars as pl
+
+    import allocreplay
+
+    tmp, result, _ = fitted
+    if not _real_torch():
+        pytest.fail("torch is not installed: CI must install it to test fit", pytrace=False)
+    # The same candidates as the CLI run, from its cache: nothing is captured again.
+    got = allocreplay.fit(
+        [sys.executable, str(WORKLOAD), "--batch-size", "{batch_size}"],
+        {"batch_size": (1, 64)},
+        capacity=CAP,
+        settings=["pytorch:expandable_segments:True"],
+        cache_dir=str(tmp / "cache"),
+        cwd=str(tmp),
+    )
+    assert isinstance(got, allocreplay.FitResult) and isinstance(got.table, pl.DataFrame)
+    assert got.largest == result["largest"]
+    assert got.answer == result["answer"]
+    assert got.table["cached"].all()
+    assert set(got.table.columns) >= {"batch_size", "setting", "fits", "peak_reserved_bytes", "margin_bytes", "num_alloc_retries", "capture_seconds"}

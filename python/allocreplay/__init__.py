@@ -7,6 +7,7 @@
 >>> result.summary          # one row per policy and device
 >>> allocreplay.analysis.oom(trace, "pytorch")  # where the memory goes (Polars DataFrames)
 >>> allocreplay.tune(trace, "16GiB")  # settings that fit, best first (Polars DataFrame)
+>>> allocreplay.fit(["python", "train.py", "--batch-size", "{batch_size}"], {"batch_size": (1, 1024)}, device="a100-40gb")
 >>> allocreplay.policies()  # every policy and its options (name, type, default, help)
 """
 
@@ -14,6 +15,7 @@ from allocreplay import analysis, errors
 from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc, validate_reports, xla_runtime
 from allocreplay._catalogue import devices
 from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, BfcValidationReport, PolicyInfo, PolicyOption, TraceInfo, ValidationReport, __version__, policies
+from allocreplay._fit import FitResult, fit
 from allocreplay._tune import tune
 from allocreplay.capture import Capture, capture
 from allocreplay.errors import (
@@ -38,6 +40,7 @@ __all__ = [
     "BfcValidationReport",
     "Capture",
     "CaptureError",
+    "FitResult",
     "InternalError",
     "InvalidArgumentError",
     "PolicyInfo",
@@ -59,6 +62,7 @@ __all__ = [
     "capture",
     "devices",
     "errors",
+    "fit",
     "load",
     "offline",
     "parse_capacity",

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-import allocreplay.fit as arfit
+import allocreplay
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TRUTH = REPO / "docs" / "data" / "fit_truth_h200.json"
@@ -60,7 +60,7 @@ def main() -> int:
             print(f"[{time.strftime('%H:%M:%S')}] {name}: {msg}", flush=True)
 
         t0 = time.monotonic()
-        found = arfit.fit(
+        found = allocreplay.fit(
             cmd, {param: (step, d["max"])}, step=step, capacity=cap, settings=[EXPANDABLE], tune=False, jobs=args.jobs, cache_dir=args.cache_dir, progress=say
         )
         seconds = time.monotonic() - t0
@@ -68,7 +68,7 @@ def main() -> int:
         capture_s = [float(x) for x in captures["capture_seconds"].to_list()]
         # Every value the GPU probed, replayed: the verdicts against the real runs.
         probed = sorted({p["value"] for c in (d, e) for p in c["probes"]})
-        every = arfit.fit(cmd, {param: probed}, capacity=cap, settings=[EXPANDABLE], tune=False, jobs=args.jobs, cache_dir=args.cache_dir, progress=say)
+        every = allocreplay.fit(cmd, {param: probed}, capacity=cap, settings=[EXPANDABLE], tune=False, jobs=args.jobs, cache_dir=args.cache_dir, progress=say)
         wrong_fits = wrong_oom = checked = 0
         for conf, case in (("pytorch", d), (EXPANDABLE, e)):
             real = {p["value"]: p["result"] == "ok" for p in case["probes"]}

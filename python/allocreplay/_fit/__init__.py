@@ -5,7 +5,7 @@ The user's command is captured once per candidate value (``capture --no-gpu`` by
 CPU run with fake CUDA tensors that records the requests the GPU run would make), and each
 trace is replayed at the device's usable memory under PyTorch's default caching allocator,
 under the settings the user names, and under the best setting ``tune`` finds for that
-candidate. The search (:mod:`allocreplay.fit._search`) grows the value ×2 until a candidate
+candidate. The search (:mod:`allocreplay._fit._search`) grows the value ×2 until a candidate
 does not fit, then bisects; one capture serves every setting.
 
 >>> import allocreplay
@@ -24,9 +24,9 @@ from typing import Any
 import polars as pl
 
 from allocreplay import _core
+from allocreplay._fit._candidates import Candidate, Capturer, default_cache_dir, substitute
+from allocreplay._fit._search import Axis, Search, monotonicity_breaks, parse_values, parse_vary
 from allocreplay.errors import InvalidArgumentError
-from allocreplay.fit._candidates import Candidate, Capturer, default_cache_dir, substitute
-from allocreplay.fit._search import Axis, Search, monotonicity_breaks, parse_values, parse_vary
 
 __all__ = ["Axis", "FitResult", "default_cache_dir", "fit", "parse_vary", "substitute", "usable_capacity"]
 
@@ -253,7 +253,7 @@ def fit(
     def one(point: tuple[int, ...]) -> list[dict[str, Any]]:
         vals = dict(zip(names, point))
         if backend == "ray":
-            from allocreplay.fit._ray import capture_on_ray
+            from allocreplay._fit._ray import capture_on_ray
 
             cand = capture_on_ray(capturer, vals, address)
         else:

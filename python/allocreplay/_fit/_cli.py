@@ -1,4 +1,4 @@
-"""``allocreplay fit``: the command line of :func:`allocreplay.fit.fit`."""
+"""``allocreplay fit``: the command line of :func:`allocreplay.fit`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import click
 from allocreplay import _core
 
 if TYPE_CHECKING:
-    from allocreplay.fit import FitResult
+    from allocreplay._fit import FitResult
 
 EPILOG = """\b
 Examples:
@@ -167,8 +167,8 @@ def fit_cmd(
     found without that GPU: COMMAND is captured once per candidate with --no-gpu ({NAME}
     replaced by the value), and each trace replayed at the device's usable memory under the
     default caching allocator, the --setting's, and the best setting `tune` finds."""
-    from allocreplay.fit import fit
-    from allocreplay.fit._search import parse_values
+    from allocreplay._fit import fit
+    from allocreplay._fit._search import parse_values
 
     if gpu and no_gpu:
         raise click.UsageError("--gpu and --no-gpu exclude each other")
@@ -187,7 +187,7 @@ def fit_cmd(
         if not quiet:
             click.echo(f"fit [{time.monotonic() - started:6.1f} s] {msg}", err=True)
 
-    from allocreplay.fit import default_cache_dir
+    from allocreplay._fit import default_cache_dir
 
     try:
         result = fit(
@@ -215,7 +215,7 @@ def fit_cmd(
         click.echo(f"fit: interrupted; the captures that finished are kept in {kept}: the same command goes on from them", err=True)
         sys.exit(130)
     if out is not None:
-        from allocreplay.fit._html import write_html
+        from allocreplay._fit._html import write_html
 
         write_html(result, out, title=" ".join(command))
         click.echo(f"{out}: written", err=True)

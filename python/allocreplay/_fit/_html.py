@@ -11,7 +11,7 @@ import polars as pl
 from allocreplay import _core, _output
 
 if TYPE_CHECKING:
-    from allocreplay.fit import FitResult
+    from allocreplay._fit import FitResult
 
 GIB = float(1 << 30)
 

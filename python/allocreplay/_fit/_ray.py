@@ -14,8 +14,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from allocreplay._fit._candidates import Candidate, Capturer
 from allocreplay.errors import InvalidArgumentError
-from allocreplay.fit._candidates import Candidate, Capturer
 
 _lock = threading.Lock()
 
