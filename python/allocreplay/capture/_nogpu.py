@@ -932,14 +932,17 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
                 if isinstance(t, FakeTensor) and t.fake_device.type == cuda_type:
                     st = t.untyped_storage()
                     if i in plan:
-                        rec.adopt(st, plan.pop(i))
+                        key = plan.pop(i)
+                        if key != extras.NOT_ON_DEVICE:
+                            rec.adopt(st, key)
                     else:
                         rec.track(st, st.nbytes())
                     extras.after_output(func, args, kwargs, i, rec)
             if not device:  # fake CPU tensors only: nothing on the device
                 return out
             for key in plan.values():  # not taken over: freed with the operator
-                rec.free(key)
+                if key != extras.NOT_ON_DEVICE:
+                    rec.free(key)
             extras.after(func, args, kwargs, out, rec)
             if func is add_tensor and not kwargs and len(args) == 2 and not torch.is_grad_enabled():
                 old = args[0]

@@ -153,16 +153,60 @@ MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "addmv", "mv
 _workspaces: set[tuple[int, int]] = set()
 
 
+NOT_ON_DEVICE = -(1 << 62)
+"""A plan entry (see :func:`before`): that output is a host tensor on the GPU (not recorded)."""
+
+
 def before(func: Any, args: Any, kwargs: Any, rec: Any) -> dict[int, int]:
     """Allocations a kernel makes before its outputs; returns {flattened output index: key} of
-    the outputs that take over one of them."""
+    the outputs that take over one of them (``NOT_ON_DEVICE``: an output the CUDA kernel makes
+    on the host)."""
     name = func._opname
     if name == "_scaled_dot_product_flash_attention":
         # cuda/attention.cpp, _flash_attention_forward: the philox seed and offset (one 8-byte
         # tensor each, with or without dropout) come before the output. Measured:
         # gpt2_train__default 167-168 (dropout 0.1), tiny_step__default (no dropout).
         return {6: rec.persistent(8), 7: rec.persistent(8)}
+    if name == "_scaled_dot_product_efficient_attention":
+        # cuda/attention.cu, _efficient_attention_forward: outside CUDA graph capture the philox
+        # seed and offset are host scalars (at::scalar_tensor / at::empty({}, kLong)), never
+        # the device's. Measured: hf_decoder fp32 (docs/fit.md), no 8-byte requests.
+        return {2: NOT_ON_DEVICE, 3: NOT_ON_DEVICE}
+    if name == "native_dropout" and len(args) >= 2:
+        # cuda/Dropout.cu, native_dropout_cuda -> dropout_cuda: `mask` (bool, empty_like) is
+        # allocated before `ret`; the short-cuts (train=False, p=1) make them in output order.
+        train = args[2] if len(args) > 2 else kwargs.get("train")
+        p = float(args[1])
+        x = args[0]
+        if (train is None or bool(train)) and p != 1.0 and x.numel() > 0:
+            return {1: rec.persistent(int(x.numel()))}
     return {}
+
+
+def efficient_backward_temporaries(grad_out: Any, q: Any, v: Any) -> tuple[int, int, int, int]:
+    """cuda/attention_backward.cu, _efficient_attention_backward (CUDA, no nested tensors):
+    (product, sum, delta, workspace) bytes. ``delta``: float (B, nH, M); for float32 inputs the
+    kernel does not compute it (kKernelComputesDelta needs a 16-bit type), so it is
+    ``(grad_out.float() * out.float()).sum(-1).transpose(-2, -1).contiguous()``: the product
+    (B, M, nH, Kv) and the sum (B, M, nH) come and go around it. ``workspace``: the float32
+    kernels (64 x 64 blocks for head dims up to 64) accumulate grad_q in it
+    (kNeedsAccumGradQ): B * nH * align4(ceil(M / 64) * ceil(K / 64) * GradQTempStorage), where
+    GradQTempStorage is a 64 x 64 float tile and 4 words; other kernels' workspaces are not
+    modelled (0). Measured: hf_decoder fp32, B 16, nH 12, M 512, K 64: 25,165,824, 393,216,
+    393,216, 25,190,400 (docs/fit.md)."""
+    import torch
+
+    b, h, m, k = (int(x) for x in q.shape)
+    kv = int(v.shape[-1])
+    delta = 4 * b * h * m
+    if q.dtype != torch.float32:
+        return 0, 0, delta, 0
+    product, total = 4 * b * m * h * kv, 4 * b * m * h
+    workspace = 0
+    if max(k, kv) <= 64:
+        per_bh = -(-m // 64) * -(-k // 64) * (64 * 64 + 4)
+        workspace = 4 * b * h * ((per_bh + 3) // 4 * 4)
+    return product, total, delta, workspace
 
 
 # cuDNN's convolution workspaces. PyTorch's cuDNN convolutions (ATen/native/cudnn/Conv_v8.cpp,
@@ -411,6 +455,22 @@ def after(func: Any, args: Any, kwargs: Any, out: Any, rec: Any) -> None:
         rec.free(_operator_copies.pop(0))
     if name == "_scaled_dot_product_flash_attention_backward":
         rec.temporary(flash_backward_scratch(args[1]))
+    elif name == "_scaled_dot_product_efficient_attention_backward" and len(args) >= 4:
+        # After grad_q, grad_k, grad_v (the outputs): delta (and, in float32, the product and
+        # sum it is made of, freed at once), then the kernel's workspace; delta is freed before
+        # the workspace (it lives in the launch lambda, the workspace in the function).
+        product, total, delta, workspace = efficient_backward_temporaries(args[0], args[1], args[3])
+        if product:
+            kp, ks = rec.persistent(product), rec.persistent(total)
+            kd = rec.persistent(delta)
+            rec.free(ks)
+            rec.free(kp)
+        else:
+            kd = rec.persistent(delta)
+        kw = rec.persistent(workspace) if workspace else None
+        rec.free(kd)
+        if kw is not None:
+            rec.free(kw)
     elif name == "_scaled_dot_product_flash_attention":
         # A 256-byte temporary freed at once after the log-sum-exp when autograd records the
         # operator (gpt2_train__default 171, tiny_step__default); none under no_grad
