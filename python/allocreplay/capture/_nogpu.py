@@ -954,6 +954,12 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
                     and out.dtype == old.dtype
                     and torch._C._current_autograd_node() is not None
                     and is_non_overlapping_and_dense(old)
+                    # A view (a tied weight's lm_head gradient is TBackward's grad.t()) shares
+                    # its storage with the base its ViewInfo keeps: storage().use_count() is 2,
+                    # so can_accumulate_inplace fails and the sum is a new block, as here.
+                    # Measured: traces/nogpu/gpt2fp32_train_b16__default, one vocab x hidden
+                    # request and two frees after the embedding's backward.
+                    and old._base is None
                 ):
                     rec.accumulated(out.untyped_storage()._cdata, old.untyped_storage()._cdata)
             return out
