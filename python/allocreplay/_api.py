@@ -67,6 +67,8 @@ class Trace:
         metadata: dict[str, Any] | None = None,
         frames: dict[str, Any] | pl.DataFrame | None = None,
         stacks: pl.DataFrame | None = None,
+        *,
+        lenient: bool = False,
     ) -> Trace:
         """A trace from a table of events, one row per event (see ``traces/README.md``).
 
@@ -77,22 +79,31 @@ class Trace:
         trace metadata to set (``devices=[{"index": 0, "total_memory": ...}]``,
         ``allocator_settings``...); ``frames`` and ``stacks``: the tables ``Trace.frames`` and
         ``Trace.stacks`` (or one dict in the stored form: filename, line, name, stacks).
-        Checked as an ``.arrow`` file is; a problem raises ``InvalidArgumentError`` or
-        ``SchemaError`` naming ``<Trace.from_events>``.
+        Checked as ``load`` checks an ``.arrow`` file (its columns, then its events: a double
+        free, a free before its alloc, a size that differs... are errors; ``lenient=True`` skips
+        such events as ``load(..., lenient=True)`` does); a problem raises
+        ``InvalidArgumentError``, ``SchemaError`` or ``TraceFormatError`` naming
+        ``<Trace.from_events>``. A float that is not a whole number is an error, never truncated.
         """
         from allocreplay._build import from_events
 
-        return from_events(df, metadata, frames, stacks)
+        return from_events(df, metadata, frames, stacks, lenient)
 
     @classmethod
     def from_arrow(
-        cls, table: Any, metadata: dict[str, Any] | None = None, frames: dict[str, Any] | pl.DataFrame | None = None, stacks: pl.DataFrame | None = None
+        cls,
+        table: Any,
+        metadata: dict[str, Any] | None = None,
+        frames: dict[str, Any] | pl.DataFrame | None = None,
+        stacks: pl.DataFrame | None = None,
+        *,
+        lenient: bool = False,
     ) -> Trace:
         """A trace from an Arrow table: one with a trace's schema metadata (``to_arrow()``)
-        as it is, any other through :meth:`from_events`."""
+        as it is, any other through :meth:`from_events`; checked as ``load`` checks a file."""
         from allocreplay._build import from_arrow
 
-        return from_arrow(table, metadata, frames, stacks)
+        return from_arrow(table, metadata, frames, stacks, lenient)
 
     @cached_property
     def stacks(self) -> pl.DataFrame:
@@ -241,6 +252,8 @@ def replay(
     ``placements=False`` on traces of tens of millions of events).
     """
     specs = [policies] if isinstance(policies, str) else list(policies)
+    if isinstance(timeline_points, bool) or not isinstance(timeline_points, int) or not 0 <= timeline_points < 2**32:
+        raise InvalidArgumentError(f"timeline_points must be an integer from 0 to 2^32 - 1, got {timeline_points!r}")
     if not isinstance(trace, Trace) and _streams(trace, specs):
         streamed, _info = _core.replay_file(os.fspath(trace), specs, None, _capacity_arg(capacity), timeline_points, placements)
         return ReplayResult(streamed)

@@ -87,6 +87,15 @@ def _complete(df: pl.DataFrame) -> pl.DataFrame:
             alloc_id=pl.when(pl.col("action") <= 2).then(pl.col("_id").forward_fill().over("device", "addr"))
         )
         df = df.drop("_id")
+    for name, dtype in {**_CORE, **_OPTIONAL}.items():
+        if name in df.columns and dtype.is_integer() and df[name].dtype.is_float():
+            # A float column cast to integers would truncate (2.5 bytes -> 2): a value that is
+            # not a whole number is an error naming its row, never a truncation.
+            col = df[name]
+            bad = (col.is_nan() | col.is_infinite() | (col != col.floor())).fill_null(False)
+            if bad.any():
+                row = int(cast(int, bad.arg_true()[0]))
+                raise _fail(f"column {name!r} row {row} is {col[row]!r}, not a whole number: trace columns hold integers (round them first)")
     casts = [pl.col(c).cast(t, strict=True) for c, t in {**_CORE, **_OPTIONAL}.items() if c in df.columns]
     try:
         df = df.with_columns(casts)
@@ -97,6 +106,14 @@ def _complete(df: pl.DataFrame) -> pl.DataFrame:
             raise _fail(f"column {name!r} has nulls; it may not")
     core = ["action", *_CORE]
     return df.select(core + [c for c in _OPTIONAL if c in df.columns])
+
+
+def _whole(value: Any, what: str) -> int:
+    """An integer of the metadata (a device or pool index): a float that is not a whole number,
+    a bool or a string is an error, never truncated by ``int()``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
+        raise _fail(f"metadata {what} is {value!r}, not an integer")
+    return int(value)
 
 
 def _metadata(df: pl.DataFrame, given: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -113,11 +130,11 @@ def _metadata(df: pl.DataFrame, given: Mapping[str, Any] | None) -> dict[str, An
     }
     md.update(dict(given or {}))
     md["format_version"] = _core.FORMAT_VERSION
-    by_index = {int(d["index"]): dict(d) for d in md.get("devices") or []}
+    by_index = {_whole(d["index"], "devices[].index"): {**d, "index": _whole(d["index"], "devices[].index")} for d in md.get("devices") or []}
     for d in sorted(set(df["device"].to_list())):
         by_index.setdefault(int(d), {"index": int(d)})
     md["devices"] = [{"name": None, "total_memory": None, "memory_cap": None, **by_index[i]} for i in sorted(by_index)]
-    pools = {int(p["index"]): dict(p) for p in md.get("pools") or []}
+    pools = {_whole(p["index"], "pools[].index"): {**p, "index": _whole(p["index"], "pools[].index")} for p in md.get("pools") or []}
     for p in sorted(set(df["pool"].to_list()) | {0}):
         pools.setdefault(int(p), {"index": int(p), "id": [0, int(p)], "kind": "default" if p == 0 else "private"})
     md["pools"] = [pools[i] for i in sorted(pools)]
@@ -143,9 +160,23 @@ def from_events(
     metadata: Mapping[str, Any] | None = None,
     frames: Mapping[str, Any] | pl.DataFrame | None = None,
     stacks: pl.DataFrame | None = None,
+    lenient: bool = False,
 ) -> Trace:
     from allocreplay._api import Trace
 
+    # Checked in Rust as every load is (the columns, then the events: `trace::check`).
+    return Trace(_core.trace_from_arrow(to_table(df, metadata, frames, stacks), ORIGIN, lenient))
+
+
+def to_table(
+    df: pl.DataFrame | pa.Table,
+    metadata: Mapping[str, Any] | None = None,
+    frames: Mapping[str, Any] | pl.DataFrame | None = None,
+    stacks: pl.DataFrame | None = None,
+) -> pa.Table:
+    """The Arrow table of a trace (canonical schema and schema metadata) that
+    :func:`from_events` checks, before any check of its events: what an ``.arrow`` file of
+    these events holds."""
     if isinstance(frames, pl.DataFrame):
         if stacks is None:
             raise _fail("frames given as a table needs stacks too (Trace.frames and Trace.stacks)")
@@ -167,12 +198,15 @@ def from_events(
     schema_md = {"allocreplay.format_version": str(_core.FORMAT_VERSION), "allocreplay.metadata": json.dumps(md)}
     if frames and frames.get("stacks"):
         schema_md["allocreplay.frames"] = json.dumps({k: list(frames[k]) for k in ("filename", "line", "name", "stacks")})
-    table = table.cast(pa.schema(fields, metadata=schema_md))
-    return Trace(_core.trace_from_arrow(table, ORIGIN))
+    return table.cast(pa.schema(fields, metadata=schema_md))
 
 
 def from_arrow(
-    table: Any, metadata: Mapping[str, Any] | None = None, frames: Mapping[str, Any] | pl.DataFrame | None = None, stacks: pl.DataFrame | None = None
+    table: Any,
+    metadata: Mapping[str, Any] | None = None,
+    frames: Mapping[str, Any] | pl.DataFrame | None = None,
+    stacks: pl.DataFrame | None = None,
+    lenient: bool = False,
 ) -> Trace:
     """A table that already is a trace (``Trace.to_arrow()``, ``pyarrow.ipc`` read of an
     ``.arrow`` file: its schema metadata says so) is taken as it is; any other Arrow table
@@ -184,5 +218,5 @@ def from_arrow(
     if not isinstance(table, pa.Table):
         table = pa.table(table)
     if metadata is None and frames is None and b"allocreplay.format_version" in (table.schema.metadata or {}):
-        return Trace(_core.trace_from_arrow(table, "<Trace.from_arrow>"))
-    return from_events(pl.DataFrame(table), metadata, frames, stacks)
+        return Trace(_core.trace_from_arrow(table, "<Trace.from_arrow>", lenient))
+    return from_events(pl.DataFrame(table), metadata, frames, stacks, lenient)

@@ -500,7 +500,7 @@ class _Bar:
 )
 @click.option(
     "--budget",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=2**32 - 1),
     default=256,
     show_default=True,
     metavar="N",
@@ -515,8 +515,8 @@ class _Bar:
     help="local: all cores here; ray: a Ray cluster (pip install 'allocreplay[ray]').",
 )
 @click.option("--address", metavar="ADDR", help="With --backend ray: the cluster (default: a running one, else a local one).")
-@click.option("--threads", type=click.IntRange(min=0), default=0, help="Local backend: worker threads (0: one per core).")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows of the table to print.")
+@click.option("--threads", type=click.IntRange(min=0, max=65536), default=0, help="Local backend: worker threads (0: one per core).")
+@click.option("--top", type=click.IntRange(min=1, max=2**32 - 1), default=10, show_default=True, help="Rows of the table to print.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of every setting, best first.")
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
 def tune_cmd(
@@ -642,7 +642,12 @@ def _delta(n: int | None) -> str:
 @cli.command("synth")
 @click.argument("trace")
 @click.option(
-    "--tile", "n", type=click.IntRange(min=1), required=True, metavar="N", help="Repeat the trace N times (fresh allocation ids, shifted addresses and times)."
+    "--tile",
+    "n",
+    type=click.IntRange(min=1, max=2**32 - 1),
+    required=True,
+    metavar="N",
+    help="Repeat the trace N times (fresh allocation ids, shifted addresses and times).",
 )
 @click.option("-o", "--output", "out", required=True, metavar="OUT.arrow", help="Where to write the long trace.")
 @click.option("--meta", metavar="JSON", help="Capture metadata for a raw source (see `import`).")
@@ -741,7 +746,7 @@ def _print_validation(r: ValidationReport | BfcValidationReport) -> None:
     help="Also write the allocations the JAX runtime makes running a program (arguments; per call the outputs and the temp arena), to replay under jax/bfc policies.",
 )
 @click.option("--program", metavar="NAME", help="With --runtime: the program (a substring of its name; default the largest temp arena).")
-@click.option("--calls", type=click.IntRange(min=1), default=3, show_default=True, help="With --runtime: how many calls of the program.")
+@click.option("--calls", type=click.IntRange(min=1, max=10_000_000), default=3, show_default=True, help="With --runtime: how many calls of the program.")
 def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str | None, calls: int) -> None:
     """XLA's buffer assignment of each program in DUMP_DIR (XLA_FLAGS=--xla_dump_to=DUMP_DIR
     --xla_dump_hlo_as_proto): the recorded preallocated-temp size, ours (XLA's heap planner
@@ -793,7 +798,7 @@ def plan_cmd(dump_dir: str, as_json: bool, runtime_out: str | None, program: str
 )
 @click.option(
     "--max-entries",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=2**63 - 1),
     default=1_000_000,
     show_default=True,
     metavar="N",
@@ -1010,7 +1015,7 @@ def breakdown_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, a
 @_policies_option
 @_capacity_option
 @click.option("-o", "--output", "out", required=True, metavar="REPORT.html", help="The HTML file to write (self-contained, opens offline).")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Call sites shown.")
+@click.option("--top", type=click.IntRange(min=1, max=2**32 - 1), default=10, show_default=True, help="Call sites shown.")
 @_meta_option
 @_quiet_option
 def report_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, out: str, top: int, meta: str | None, quiet: bool) -> None:
@@ -1057,7 +1062,7 @@ def export_snapshot_cmd(trace: str, policy: str, capacity: str | None, out: str,
 @click.option("-o", "--output", "out", required=True, metavar="MEMORY.json", help="The Chrome trace-event JSON to write.")
 @click.option(
     "--points",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=2**32 - 1),
     default=20000,
     show_default=True,
     help="Points per policy and device (each the maximum of its events; 0: every event).",

@@ -49,10 +49,12 @@ pub fn parse_capacity(text: &str) -> Result<Capacity> {
             }
             return Ok(Capacity::Fraction(f));
         }
-        let b: u64 = num.parse().map_err(|_| bad("too large or not a number"))?;
+        let b: u64 =
+            num.parse().map_err(|_| bad("more than 2^56 bytes (64 PiB), the largest device memory the policies model, or not a number"))?;
         if b == 0 {
             return Err(bad("must be positive"));
         }
+        check_capacity(b).map_err(|why| bad(&why))?;
         return Ok(Capacity::Bytes(b));
     }
     let lower = unit.to_ascii_lowercase();
@@ -63,17 +65,36 @@ pub fn parse_capacity(text: &str) -> Result<Capacity> {
         let f: f64 = num.parse().map_err(|_| bad("not a number"))?;
         let b = (f * mult as f64).round();
         if !(b >= 1.0 && b < u64::MAX as f64) {
-            return Err(bad("out of range"));
+            return Err(bad(if b < 1.0 {
+                "out of range"
+            } else {
+                "more than 2^56 bytes (64 PiB), the largest device memory the policies model"
+            }));
         }
         b as u64
     } else {
         let n: u64 = num.parse().map_err(|_| bad("too large or not a number"))?;
-        n.checked_mul(mult).ok_or_else(|| bad("out of range"))?
+        n.checked_mul(mult).ok_or_else(|| bad("more than 2^56 bytes (64 PiB), the largest device memory the policies model"))?
     };
     if bytes == 0 {
         return Err(bad("must be positive"));
     }
+    check_capacity(bytes).map_err(|why| bad(&why))?;
     Ok(Capacity::Bytes(bytes))
+}
+
+/// The largest capacity a replay takes: 2^56 bytes (64 PiB), the largest size a trace holds
+/// (`trace::check::MAX_SIZE`). The policies' address spaces and rounding arithmetic are
+/// modelled below it; a larger capacity is refused, not clamped.
+pub const MAX_CAPACITY: u64 = 1 << 56;
+
+fn check_capacity(bytes: u64) -> std::result::Result<u64, String> {
+    if bytes > MAX_CAPACITY {
+        return Err(format!(
+            "{bytes} bytes is more than 2^56 bytes (64 PiB), the largest device memory the policies model (leave the capacity out for no limit)"
+        ));
+    }
+    Ok(bytes)
 }
 
 impl Capacity {
@@ -125,6 +146,17 @@ mod tests {
         assert_eq!(parse_capacity("1.0").unwrap(), Capacity::Fraction(1.0));
         for bad in ["", "GiB", "0", "1.5", "0.0", "-1", "12XB", "1e3", "99999999999999999999", "20000000TiB"] {
             assert!(matches!(parse_capacity(bad), Err(Error::InvalidArgument(_))), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn capacities_beyond_what_the_policies_model_are_refused_not_clamped() {
+        // Issue 28, class 2: 2^56 bytes is the most; one byte more is an error saying why.
+        assert_eq!(parse_capacity("72057594037927936").unwrap(), Capacity::Bytes(MAX_CAPACITY));
+        assert_eq!(parse_capacity("65536TiB").unwrap(), Capacity::Bytes(MAX_CAPACITY));
+        for bad in ["72057594037927937", "18446744073709551615", "65537TiB", "16777216TiB"] {
+            let e = parse_capacity(bad).unwrap_err().to_string();
+            assert!(e.contains("2^56 bytes (64 PiB), the largest device memory the policies model"), "{bad}: {e}");
         }
     }
 

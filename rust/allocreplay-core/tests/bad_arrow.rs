@@ -175,3 +175,38 @@ fn a_dictionary_buffer_that_panics_arrow_is_a_format_error() {
         format!("{}: corrupt Arrow IPC file: block 1: buffer 1 holds 41 bytes, not a whole number of 4-byte values", p.display())
     );
 }
+
+#[test]
+fn a_null_in_a_required_column_is_a_format_error_not_the_bytes_under_it() {
+    // Issue 28, class 1: a writer that declares `size` nullable and leaves a null (2^40 under
+    // it) made the replay allocate whatever bytes sat there.
+    let t = load(&oom_trace(), &ImportOptions::default()).unwrap();
+    let b = t.batch();
+    let fields: Vec<arrow_schema::Field> = b.schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    let schema = Arc::new(arrow_schema::Schema::new_with_metadata(fields, b.schema().metadata().clone()));
+    for (col, name) in [(2, "size"), (4, "stream"), (5, "device"), (6, "pool")] {
+        let mut cols = b.columns().to_vec();
+        let data = cols[col].to_data();
+        let mut valid = vec![true; b.num_rows()];
+        valid[3] = false;
+        let data = data.into_builder().nulls(Some(arrow_buffer::NullBuffer::from(valid))).build().unwrap();
+        cols[col] = arrow_array::make_array(data);
+        let batch = RecordBatch::try_new(schema.clone(), cols).unwrap();
+        let out = tmp(&format!("null_{name}.arrow"));
+        let mut w = arrow_ipc::writer::FileWriter::try_new(std::fs::File::create(&out).unwrap(), &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        for lenient in [false, true] {
+            match load(&out, &ImportOptions { lenient, ..Default::default() }) {
+                Err(e @ Error::Format { .. }) => assert_eq!(
+                    e.to_string(),
+                    format!("{}: column {name} is null at row 3 (1 nulls): a required column may hold no nulls", out.display())
+                ),
+                other => panic!("{name}: {:?}", other.map(|t| t.num_events())),
+            }
+        }
+        // The streamed reader checks the same.
+        let e = allocreplay_core::trace::MappedTrace::open(&out).and_then(|m| m.batches()?.try_for_each(|b| b.map(|_| ()))).unwrap_err();
+        assert!(e.to_string().contains(&format!("column {name} is null at row 3")), "{e}");
+    }
+}

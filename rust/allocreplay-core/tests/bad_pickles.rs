@@ -207,3 +207,53 @@ fn negative_segment_sizes_and_addresses_are_refused() {
     let m = format_error(&with_segment(b"J\x00\x00\xf0\xff", b"J\x00\x00\x20\x00"));
     assert_eq!(m, "crafted.pickle: segment 0: 'address' is -1048576, not an address (a non-negative integer)");
 }
+
+#[test]
+fn an_oom_entry_asking_for_petabytes_loads_and_is_an_oom_in_every_policy() {
+    // Issue 28, class 7: upstream's test_out_of_memory asks for 8 * 10^18 bytes; the snapshot
+    // records an `oom` entry of that size (`_dump_snapshot` writes the size_t as an int64, so
+    // 2^63 and more come back negative). The snapshot loads; the request is held at 2^56 - 1.
+    use allocreplay_core::import::pytorch::{CLAMPED_OOMS, OOM_BEYOND_MAX_SIZE};
+    let big = 8_000_000_000u64 * (1 << 30);
+    let mut traces = b"](".to_vec();
+    traces.extend(entry("alloc", b"J\x00\x10\x00\x00", b"J\x00\x02\x00\x00"));
+    let mut size = vec![0x8a, 8];
+    size.extend_from_slice(&big.to_le_bytes());
+    traces.extend(entry("oom", b"K\x00", &size));
+    let mut neg = vec![0x8a, 8];
+    neg.extend_from_slice(&(-5i64).to_le_bytes());
+    traces.extend(entry("oom", b"K\x00", &neg));
+    traces.extend_from_slice(b"e");
+    let mut all = b"](".to_vec();
+    all.extend(traces);
+    all.extend_from_slice(b"e");
+    let t = import(&snapshot(&all, b"}")).unwrap();
+    let c = t.columns();
+    let ooms: Vec<u64> = (0..t.num_events()).filter(|&i| c.action[i] == allocreplay_core::Action::Oom as u8).map(|i| c.size[i]).collect();
+    assert_eq!(ooms, vec![OOM_BEYOND_MAX_SIZE, OOM_BEYOND_MAX_SIZE]);
+    let recorded: Vec<u64> = t.metadata.extra[CLAMPED_OOMS].as_array().unwrap().iter().map(|x| x["size"].as_u64().unwrap()).collect();
+    assert_eq!(recorded, vec![big, (-5i64) as u64]);
+    for spec in ["pytorch", "pytorch:expandable_segments:True", "bfc", "jax:allocator=platform", "cuda-async", "cuda-malloc", "managed"] {
+        let ctx = allocreplay_core::policy::PolicyContext { metadata: &t.metadata, device: None, capacity: Some(80 << 30) };
+        let mut p = allocreplay_core::policy::build(spec, &ctx).unwrap();
+        let r = allocreplay_core::engine::replay_device(&t, 0, p.as_mut(), &Default::default());
+        assert_eq!(r.stats.num_ooms, 2, "{spec}: {:?}", r.stats);
+    }
+}
+
+#[test]
+fn entries_missing_a_required_key_name_it_instead_of_reading_0() {
+    // Issue 28, class 1: an alloc without 'addr' or 'size' became an allocation at 0 of 0 bytes.
+    let mut no_addr = b"}(".to_vec();
+    no_addr.extend(s("action"));
+    no_addr.extend(s("alloc"));
+    no_addr.extend(s("size"));
+    no_addr.extend_from_slice(b"K\x08u");
+    let mut all = b"](](".to_vec();
+    all.extend(no_addr);
+    all.extend_from_slice(b"ee");
+    assert_eq!(
+        format_error(&snapshot(&all, b"}")),
+        "crafted.pickle: device_traces[0][0] (alloc) has no 'addr': every alloc entry records it"
+    );
+}

@@ -197,9 +197,11 @@ fn state_at(
 }
 
 /// A trace from an object exporting an Arrow C stream (a pyarrow Table with a trace's schema
-/// and schema metadata), checked as an `.arrow` file is; `origin` names it in errors.
+/// and schema metadata), checked as an `.arrow` file is (its columns, then its events:
+/// `trace::check`, strict unless `lenient`); `origin` names it in errors.
 #[pyfunction]
-fn trace_from_arrow(py: Python<'_>, data: Bound<'_, PyAny>, origin: String) -> BindingResult<PyTrace> {
+#[pyo3(signature = (data, origin, lenient=false))]
+fn trace_from_arrow(py: Python<'_>, data: Bound<'_, PyAny>, origin: String, lenient: bool) -> BindingResult<PyTrace> {
     guard(|| {
         let capsule = data.call_method1("__arrow_c_stream__", (py.None(),))?;
         let capsule = capsule.cast::<PyCapsule>().map_err(PyErr::from)?;
@@ -213,7 +215,12 @@ fn trace_from_arrow(py: Python<'_>, data: Bound<'_, PyAny>, origin: String) -> B
         let schema = reader.schema();
         let batches: Vec<RecordBatch> =
             reader.collect::<Result<_, _>>().map_err(|e| Error::format(&origin_path, format!("corrupt Arrow record batch: {e}")))?;
-        let t = py.detach(move || allocreplay_core::trace::trace_from_batches(schema, batches, &origin_path))?;
+        // The same checks as every load (`trace::check`, strict): a trace built in Python
+        // replays only if its file would load.
+        let t = py.detach(move || {
+            let t = allocreplay_core::trace::trace_from_batches(schema, batches, &origin_path)?;
+            allocreplay_core::trace::check::check_trace(t, &origin_path, lenient)
+        })?;
         Ok(PyTrace { inner: Arc::new(t) })
     })
 }

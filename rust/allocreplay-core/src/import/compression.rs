@@ -31,6 +31,51 @@ impl<R: Read> Read for Counted<'_, R> {
     }
 }
 
+impl Counted<'_, &[u8]> {
+    /// Skips `n` bytes of the input (a skippable zstd frame), counting them.
+    fn consume(&mut self, n: usize) {
+        self.inner = &self.inner[n..];
+        self.pending += n as u64;
+        self.flush();
+    }
+
+    /// Counts what was read but not counted yet.
+    fn flush(&mut self) {
+        if let Some(p) = self.progress {
+            p.fetch_add(std::mem::take(&mut self.pending), Ordering::Relaxed);
+        }
+    }
+}
+
+/// The compression a file's first bytes show (`"gzip"`, `"xz"`, `"zstd"`), if any.
+pub fn compressed_as(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        Some("gzip")
+    } else if bytes.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0x00]) {
+        Some("xz")
+    } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Some("zstd")
+    } else {
+        None
+    }
+}
+
+/// The message for a file that is not an Arrow IPC file where one is read directly (a
+/// streamed replay, `read_arrow`): a compressed one says so and what to do.
+pub fn not_arrow_message(bytes: &[u8]) -> String {
+    match compressed_as(bytes) {
+        Some(what) => format!(
+            "a {what}-compressed file, not an Arrow IPC file: allocreplay.load / `allocreplay replay` read it (decompressing it whole); to stream it from disk, decompress it first ({})",
+            match what {
+                "gzip" => "gunzip -k FILE",
+                "xz" => "unxz -k FILE",
+                _ => "zstd -d FILE",
+            }
+        ),
+        None => "not a readable Arrow IPC file (no ARROW1 magic)".into(),
+    }
+}
+
 /// Largest accepted ratio of decompressed to compressed bytes.
 pub const MAX_RATIO: u64 = 1000;
 /// The bound on decompressed bytes for small inputs (the ratio alone would refuse a small
@@ -84,16 +129,34 @@ pub fn decompress_slice(path: &Path, raw: &[u8], limit: u64, progress: Option<&A
         _ => {
             // ruzstd allocates its window (up to 100 MiB, its own limit) when the frame header
             // is read; a frame declaring more content than the limit is refused before that.
-            match ruzstd::decoding::StreamingDecoder::new(input) {
-                Err(e) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())),
-                Ok(d) => {
-                    let declared = d.decoder.content_size();
-                    if declared > limit {
-                        return Err(bomb(path, what, limit, raw.len()));
+            // A file may hold several frames (`zstd -T0`, `pzstd`, concatenated files, with
+            // skippable frames between them): every frame is decoded, as `zstd -d` does.
+            let mut input = input;
+            let mut res = Ok(());
+            while !input.inner.is_empty() && res.is_ok() {
+                if input.inner.len() >= 8 && input.inner[0] & 0xf0 == 0x50 && input.inner[1..4] == [0x2a, 0x4d, 0x18] {
+                    let len = u32::from_le_bytes([input.inner[4], input.inner[5], input.inner[6], input.inner[7]]) as usize;
+                    let skip = len.saturating_add(8).min(input.inner.len());
+                    input.consume(skip);
+                    continue;
+                }
+                let left = limit.saturating_sub(out.len() as u64);
+                res = match ruzstd::decoding::StreamingDecoder::new(&mut input) {
+                    Err(e) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())),
+                    Ok(d) => {
+                        let declared = d.decoder.content_size();
+                        if declared > left {
+                            return Err(bomb(path, what, limit, raw.len()));
+                        }
+                        d.take(left.saturating_add(1)).read_to_end(&mut out).map(|_| ())
                     }
-                    d.take(cap).read_to_end(&mut out).map(|_| ())
+                };
+                if out.len() as u64 > limit {
+                    return Err(bomb(path, what, limit, raw.len()));
                 }
             }
+            input.flush();
+            res
         }
     };
     res.map_err(|e| Error::format(path, format!("corrupt or truncated {what} data: {e}")))?;
@@ -116,6 +179,33 @@ fn bomb(path: &Path, what: &str, limit: u64, compressed: usize) -> Error {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// A zstd frame of one raw block holding `data` (under 256 bytes): a single-segment frame
+    /// with a one-byte content size, no checksum.
+    fn zstd_raw_frame(data: &[u8]) -> Vec<u8> {
+        let mut v = vec![0x28, 0xb5, 0x2f, 0xfd, 0x20, data.len() as u8];
+        let header = 1u32 | (data.len() as u32) << 3;
+        v.extend_from_slice(&header.to_le_bytes()[..3]);
+        v.extend_from_slice(data);
+        v
+    }
+
+    #[test]
+    fn every_frame_of_a_multi_frame_zstd_file_is_decoded() {
+        // Issue 28, class 8: `zstd -T0`, `pzstd` and concatenated files hold several frames
+        // (pzstd puts a skippable frame before each); only the first was decoded, and the
+        // pickle then looked truncated.
+        let mut z = zstd_raw_frame(b"hello ");
+        z.extend_from_slice(&[0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 9, 9, 9, 9]);
+        z.extend(zstd_raw_frame(b"world"));
+        z.extend(zstd_raw_frame(b"!"));
+        let done = AtomicU64::new(0);
+        assert_eq!(decompress_counted(Path::new("x.zst"), z.clone(), Some(&done)).unwrap(), b"hello world!");
+        assert_eq!(done.load(Ordering::Relaxed), z.len() as u64);
+        // The bound holds over all the frames together.
+        let e = decompress_limited(Path::new("x.zst"), z, 8, None).unwrap_err().to_string();
+        assert!(e.contains("refused as a decompression bomb"), "{e}");
+    }
 
     #[test]
     fn progress_counts_every_compressed_byte() {

@@ -98,7 +98,9 @@ fn load_unchecked(path: &Path, opts: &ImportOptions, progress: Option<&LoadProgr
     };
     match detect(&data) {
         Some(SourceKind::PytorchPickle) => pytorch::import_snapshot(path, &data, opts),
-        Some(SourceKind::Arrow) => read_arrow(path),
+        // A compressed `.arrow` file: read from its decompressed bytes (a replay of it cannot
+        // stream from a memory map, so it is loaded whole).
+        Some(SourceKind::Arrow) => crate::trace::read_arrow_bytes(path, data.into_vec()),
         Some(SourceKind::Xplane) => xplane::import_xplane(path, data.into_vec(), opts),
         None if xplane::is_xplane_name(path) => xplane::import_xplane(path, data.into_vec(), opts),
         None => Err(Error::UnknownFormat {
@@ -199,6 +201,22 @@ pub fn sidecar_json(path: &Path) -> Option<PathBuf> {
 pub(crate) fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     String::from_utf8(bytes).map_err(|e| Error::format(path, format!("not UTF-8 text (byte {} is not)", e.utf8_error().valid_up_to())))
+}
+
+/// A byte count of the capture metadata (`--meta`, the `.json` sidecar) at `key` of `obj`
+/// (`what` names `obj` in errors: `""` for the top level): `None` when absent or null; a
+/// non-negative integer, or a float without a fraction below 2^64 (`8.0e10`), is its value;
+/// anything else (a fraction, a negative number, a string) is an error naming the key, never a
+/// truncation or a value silently dropped.
+pub(crate) fn meta_u64(meta: &Path, obj: &serde_json::Value, what: &str, key: &str) -> Result<Option<u64>> {
+    let Some(v) = obj.get(key).filter(|v| !v.is_null()) else { return Ok(None) };
+    if let Some(n) = v.as_u64() {
+        return Ok(Some(n));
+    }
+    if let Some(f) = v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 18_446_744_073_709_551_616.0) {
+        return Ok(Some(f as u64));
+    }
+    Err(Error::format(meta, format!("metadata '{what}{key}' is {v}, not a number of bytes (an integer from 0 to 2^64 - 1)")))
 }
 
 pub(crate) fn read_meta_json(opts: &ImportOptions, path: &Path) -> Result<Option<(PathBuf, serde_json::Value)>> {

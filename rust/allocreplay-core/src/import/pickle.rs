@@ -1333,6 +1333,15 @@ impl<'a, 'k> Parser<'a, 'k> {
                 b'P' | b'Q' => return Err(self.refuse(op, "holds a persistent id")),
                 0x82..=0x84 => return Err(self.refuse(op, "uses the extension registry")),
                 0x96..=0x98 => return Err(self.refuse(op, "holds out-of-band buffers")),
+                b'V' | b'S' if data[0] != 0x80 => {
+                    // Text opcodes of protocols 0 and 1 that a snapshot never holds (it is
+                    // written with protocol 2 or later): name the file's kind and the fix.
+                    return Err(corrupt(format!(
+                        "a protocol-0/1 (text) pickle: its opcode {:?} at byte {} is one allocreplay does not read; PyTorch writes snapshots with protocol 2 or later (torch.cuda.memory._dump_snapshot): re-save it with pickle.dump(pickle.load(open(IN, 'rb')), open(OUT, 'wb'), protocol=4)",
+                        op as char,
+                        self.pos - 1
+                    )));
+                }
                 _ => return Err(corrupt(format!("not a valid pickle: unknown opcode {op:#04x} at byte {}", self.pos - 1))),
             }
         }

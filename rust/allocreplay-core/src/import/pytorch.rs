@@ -27,12 +27,42 @@ fn size_value(p: &Pickle, v: Value) -> std::result::Result<u64, String> {
     }
 }
 
+/// Metadata key (in `extra`) of the `oom` entries whose request was beyond [`MAX_SIZE`]:
+/// `{"device", "entry", "size"}` each, `size` the request as the snapshot records it.
+pub const CLAMPED_OOMS: &str = "oom_requests_beyond_max_size";
+
+/// The size an `oom` entry's request is held at when it is [`MAX_SIZE`] or more (a shape bug
+/// asking for petabytes, as upstream's `test_out_of_memory` does with 8 × 10^18 bytes): the
+/// largest size a trace holds, which every policy fails (`policy::MAX_REQUEST` is 2^55), so
+/// replaying it is an OOM as it was in the run.
+pub const OOM_BEYOND_MAX_SIZE: u64 = MAX_SIZE - 1;
+
+/// An `oom` entry's requested size: any integer of 64 bits (`_dump_snapshot` writes the
+/// `size_t` as an `int64_t`, so 2^63 and more come back negative) or more. `Ok((held, Some(recorded)))`
+/// when it is held at [`OOM_BEYOND_MAX_SIZE`].
+fn oom_size(p: &Pickle, v: Value) -> std::result::Result<(u64, Option<serde_json::Value>), String> {
+    match v {
+        Value::Int(i) if (0..MAX_SIZE as i64).contains(&i) => Ok((i as u64, None)),
+        Value::Int(i) => Ok((OOM_BEYOND_MAX_SIZE, Some((i as u64).into()))),
+        Value::BigInt(f) if f >= 0.0 => {
+            Ok((OOM_BEYOND_MAX_SIZE, Some(serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, Into::into))))
+        }
+        _ => Err(format!("is {}, not a size (an integer from 0 to 2^64 - 1)", shown(p, v))),
+    }
+}
+
 /// An address: a non-negative integer.
 fn address_value(p: &Pickle, v: Value) -> std::result::Result<u64, String> {
     match v {
         Value::Int(i) if i >= 0 => Ok(i as u64),
         _ => Err(format!("is {}, not an address (a non-negative integer)", shown(p, v))),
     }
+}
+
+/// A `time_us` in nanoseconds; a time whose nanoseconds do not fit 64 bits (292,000 years)
+/// is an error rather than a value that saturates past the backwards-time check.
+fn time_ns(us: i64) -> std::result::Result<i64, String> {
+    us.checked_mul(1000).ok_or_else(|| format!("is {us}: microseconds beyond what 64 bits of nanoseconds hold (|t| < 2^63 ns)"))
 }
 
 fn int_value(p: &Pickle, v: Value) -> std::result::Result<i64, String> {
@@ -143,7 +173,7 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
                     let addr = address_value(&p, addr).map_err(|m| bad(format!("{}: 'address' {m}", at())))?;
                     let req = match p.get(b, "requested_size").or_else(|| p.get(b, "size")) {
                         Some(v) => size_value(&p, v).map_err(|m| bad(format!("{}: 'requested_size' {m}", at())))?,
-                        None => 0,
+                        None => return Err(bad(format!("{}: block has neither 'requested_size' nor 'size'", at()))),
                     };
                     live_blocks.push((addr, req, state == "active_pending_free"));
                 }
@@ -194,6 +224,8 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
     let mut next_id: u64 = 0;
     let mut devices_seen = Vec::new();
     let mut seeded = false;
+    // `oom` entries whose request is beyond what a trace holds (MAX_SIZE): see `oom_size`.
+    let mut clamped_ooms: Vec<serde_json::Value> = Vec::new();
     // (row, block size) of seed allocations whose block size the history reveals.
     let mut chunks: Vec<(usize, u64)> = Vec::new();
     for (dev, &entries) in traces.iter().enumerate() {
@@ -204,8 +236,10 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
             continue;
         }
         devices_seen.push(dev);
-        let parsed = parse_entries(&p, entries, dev, path, &mut classes, prefault.as_ref())?;
-        seeded |= import_device(&p, &parsed, &dev_finals, dev, &mut out, &mut frames, &mut next_id, &mut chunks);
+        let parsed = parse_entries(&p, entries, dev, path, &mut classes, prefault.as_ref(), &mut clamped_ooms)?;
+        // A snapshot that lists segments records the final state: its history must lead there.
+        let strict = !opts.lenient && !finals.is_empty();
+        seeded |= import_device(&p, &parsed, &dev_finals, dev, &mut out, &mut frames, &mut next_id, &mut chunks, strict.then_some(path))?;
         if let Some(pf) = &prefault {
             pf.clear(ENTRIES_SLOT);
             drop_in_background(parsed);
@@ -226,9 +260,9 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
     metadata.devices = devices_seen.iter().map(|&d| DeviceInfo { index: d, ..Default::default() }).collect();
     if let Some((meta_path, m)) = meta {
         metadata.source_version = m.get("torch").and_then(|v| v.as_str()).map(str::to_string);
-        let total = m.get("device_total_bytes").and_then(|v| v.as_u64());
+        let total = super::meta_u64(&meta_path, &m, "", "device_total_bytes")?;
         let name = m.get("device_name").and_then(|v| v.as_str()).map(str::to_string);
-        let cap = m.get("cap_bytes").and_then(|v| v.as_u64()).filter(|&c| c > 0);
+        let cap = super::meta_u64(&meta_path, &m, "", "cap_bytes")?.filter(|&c| c > 0);
         for d in &mut metadata.devices {
             d.total_memory = total;
             d.name = name.clone();
@@ -253,6 +287,9 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
     }
     if metadata.allocator_settings.is_null() {
         assume_allocator_settings(&mut metadata);
+    }
+    if !clamped_ooms.is_empty() {
+        metadata.extra.insert(CLAMPED_OOMS.into(), serde_json::Value::Array(clamped_ooms));
     }
     if !chunks.is_empty() {
         // A few seed rows of millions: zeroed values (pages the allocator maps lazily, never
@@ -366,6 +403,7 @@ fn parse_entries(
     path: &Path,
     classes: &mut StrClasses,
     prefault: Option<&Prefaulter>,
+    clamped_ooms: &mut Vec<serde_json::Value>,
 ) -> Result<Vec<Entry>> {
     let mut out = Vec::with_capacity(entries.len());
     if let Some(pf) = prefault {
@@ -376,18 +414,18 @@ fn parse_entries(
             out.push(entry);
             continue;
         }
-        let (mut action, mut addr, mut size, mut stream, mut time, mut frames) = (None, 0u64, 0u64, 0i64, None, Value::None);
+        let (mut action, mut addr, mut size, mut stream, mut time, mut frames) = (None, None, None, 0i64, None, Value::None);
         let at = |key: &str, m: String| Error::format(path, format!("device_traces[{dev}][{i}]: '{key}' {m}"));
         let mut field = |class: u8, v: Value| -> Result<()> {
             match class {
                 S_ACTION => action = Some(v),
-                S_ADDR => addr = address_value(p, v).map_err(|m| at("addr", m))?,
-                S_SIZE => size = size_value(p, v).map_err(|m| at("size", m))?,
+                S_ADDR => addr = Some(address_value(p, v).map_err(|m| at("addr", m))?),
+                S_SIZE => size = Some(v),
                 S_STREAM => stream = int_value(p, v).map_err(|m| at("stream", m))?,
                 S_TIME_US => {
                     time = match v {
                         Value::None => None,
-                        _ => Some(int_value(p, v).map_err(|m| at("time_us", m))?.saturating_mul(1000)),
+                        _ => Some(time_ns(int_value(p, v).map_err(|m| at("time_us", m))?).map_err(|m| at("time_us", m))?),
                     }
                 }
                 S_FRAMES => frames = v,
@@ -416,6 +454,31 @@ fn parse_entries(
             let shown = p.str(name).map_or_else(|| format!("a {}", Pickle::type_name(name)), |s| format!("'{s}'"));
             Error::format(path, format!("device_traces[{dev}][{i}]: unknown action {shown}"))
         })?;
+        // Upstream writes every key of an entry (`addr` is `device_free` in an `oom` entry): a
+        // missing one is a damaged entry, not a 0.
+        let missing = |key: &str| {
+            Error::format(
+                path,
+                format!("device_traces[{dev}][{i}] ({}) has no '{key}': every {} entry records it", action.as_str(), action.as_str()),
+            )
+        };
+        let addr = match addr {
+            Some(a) => a,
+            None if matches!(action, Action::Oom | Action::Snapshot) => 0,
+            None => return Err(missing("addr")),
+        };
+        let size = match (size, action) {
+            (Some(v), Action::Oom) => {
+                let (held, recorded) = oom_size(p, v).map_err(|m| at("size", m))?;
+                if let Some(recorded) = recorded {
+                    clamped_ooms.push(serde_json::json!({"device": dev, "entry": i, "size": recorded}));
+                }
+                held
+            }
+            (Some(v), _) => size_value(p, v).map_err(|m| at("size", m))?,
+            (None, Action::Snapshot) => 0,
+            (None, _) => return Err(missing("size")),
+        };
         let frames = match frames {
             // Lists and tuples share one index space and read the same (`Pickle::list`).
             Value::List(l) | Value::Tuple(l) if l != NO_FRAMES => l,
@@ -446,6 +509,10 @@ fn record_entry(p: &Pickle, rec: &[u64; pickle::RECORD_FIELDS], classes: &mut St
     }
     let code = classes.of(p, Value::Str((action >> 4) as u32));
     let action = if code & S_ACTION_NAME != 0 { Action::from_code(code & !S_ACTION_NAME)? } else { return None };
+    // A missing addr or size is an error, reported by `parse_entries`.
+    if (addr == ABSENT && !matches!(action, Action::Oom | Action::Snapshot)) || (size == ABSENT && action != Action::Snapshot) {
+        return None;
+    }
     let addr = u64::try_from(int_or_0(addr)?).ok()?;
     let size = int_or_0(size)?;
     if !(0..MAX_SIZE as i64).contains(&size) {
@@ -454,7 +521,7 @@ fn record_entry(p: &Pickle, rec: &[u64; pickle::RECORD_FIELDS], classes: &mut St
     let stream = int_or_0(stream)?;
     let (has_time, time) = match time_us {
         ABSENT | P_NONE => (false, 0),
-        f => (true, int(f)?.saturating_mul(1000)),
+        f => (true, time_ns(int(f)?).ok()?),
     };
     let frames = match (frames & 0xf, (frames >> 4) as u32) {
         (P_LIST | P_TUPLE, l) if frames != ABSENT && l != NO_FRAMES => l,
@@ -475,7 +542,8 @@ fn import_device(
     frames: &mut Stacks,
     next_id: &mut u64,
     chunks: &mut Vec<(usize, u64)>,
-) -> bool {
+    strict: Option<&Path>,
+) -> Result<bool> {
     // --- Walk back from the final state to the state before the first recorded entry.
     // Live blocks: addr -> (requested size, stream, pending free).
     let mut live: FxHashMap<u64, (u64, i64, bool)> = FxHashMap::default();
@@ -500,13 +568,36 @@ fn import_device(
     // map/unmap events forward from the final mapped totals is not possible, so track the
     // net effect backwards: each unmap (backwards) adds, each map (backwards) removes.
     let mut map_delta: BTreeMap<u64, i128> = BTreeMap::new();
-    for e in parsed.iter().rev() {
+    // Strict (`strict` names the file): the history must lead to the final segments.
+    let contradiction = |k: usize, e: &Entry, why: &str| -> Result<()> {
+        match strict {
+            Some(path) => Err(Error::format(
+                path,
+                format!(
+                    "device_traces[{dev}][{k}] ({} of {} bytes at {:#x}): {why}: the snapshot's segments contradict its history; pass --lenient (Python: lenient=True) to load it anyway, seeded from the segments",
+                    e.action.as_str(),
+                    e.size,
+                    e.addr
+                ),
+            )),
+            None => Ok(()),
+        }
+    };
+    let expandable_at =
+        |a: u64| expandable_ranges.iter().any(|&(base, size, _)| a >= base && a < base.saturating_add(size.max(1).saturating_mul(16)));
+    for (k, e) in parsed.iter().enumerate().rev() {
         match e.action {
             Action::Alloc => {
-                live.remove(&e.addr);
+                let was_live = live.remove(&e.addr).is_some();
+                if !was_live {
+                    contradiction(k, e, "the history allocates this block and never frees it, but the final segments hold no block there")?;
+                }
             }
             Action::FreeCompleted => {
-                live.insert(e.addr, (e.size, e.stream, true));
+                let was_allocated = live.insert(e.addr, (e.size, e.stream, true)).is_some_and(|b| !b.2);
+                if was_allocated {
+                    contradiction(k, e, "the history frees this block last, but the final segments hold it allocated")?;
+                }
             }
             Action::FreeRequested => {
                 if let Some(b) = live.get_mut(&e.addr) {
@@ -516,11 +607,16 @@ fn import_device(
                 }
             }
             Action::SegmentAlloc => {
-                segs.remove(&e.addr);
+                let was_listed = segs.remove(&e.addr).is_some();
+                if !was_listed && !expandable_at(e.addr) {
+                    contradiction(k, e, "the history allocates this segment and never frees it, but the final segments do not list it")?;
+                }
             }
             Action::SegmentFree => {
                 let pool = final_pool.get(&e.addr).copied().unwrap_or(0);
-                segs.insert(e.addr, (e.size, e.stream, pool));
+                if segs.insert(e.addr, (e.size, e.stream, pool)).is_some() {
+                    contradiction(k, e, "the history frees this segment last, but the final segments list it")?;
+                }
             }
             Action::SegmentMap => *map_delta.entry(e.addr).or_insert(0) -= e.size as i128,
             Action::SegmentUnmap => *map_delta.entry(e.addr).or_insert(0) += e.size as i128,
@@ -666,7 +762,7 @@ fn import_device(
         }
         out.push(&r);
     }
-    seeded
+    Ok(seeded)
 }
 
 /// Snapshots of PyTorch releases before `_snapshot()` recorded `allocator_settings` (older

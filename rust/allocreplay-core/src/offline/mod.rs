@@ -25,11 +25,16 @@ pub fn default_alignment(source: &str) -> u64 {
     }
 }
 
-/// `alignment`, or (0) the trace's [`default_alignment`]; an error unless a power of two.
+/// The largest alignment of the offline bounds: 1 GiB (XLA aligns to 64–512 bytes; sizes
+/// rounded up to more would overflow the plan's arithmetic near 2^64).
+pub const MAX_ALIGNMENT: u64 = 1 << 30;
+
+/// `alignment`, or (0) the trace's [`default_alignment`]; an error unless a power of two up
+/// to [`MAX_ALIGNMENT`].
 fn resolve_alignment(trace: &Trace, alignment: u64) -> Result<u64> {
     let alignment = if alignment == 0 { default_alignment(&trace.metadata.source) } else { alignment };
-    if !alignment.is_power_of_two() {
-        return Err(Error::InvalidArgument(format!("alignment must be a power of two, got {alignment}")));
+    if !alignment.is_power_of_two() || alignment > MAX_ALIGNMENT {
+        return Err(Error::InvalidArgument(format!("alignment must be a power of two from 1 to 2^30 (1 GiB), got {alignment}")));
     }
     Ok(alignment)
 }

@@ -101,7 +101,7 @@ fn cc_major(ctx: &PolicyContext) -> Option<i64> {
 /// 0.75 x 150,109,880,320 = 112,582,410,240 -> bytes_limit 112,583,507,968 = 107,368 MiB).
 pub fn jax_memory_limit(device_memory: u64, fraction: f64) -> u64 {
     let raw = (device_memory as f64 * fraction) as u64;
-    raw.div_ceil(2 * MIB) * (2 * MIB)
+    raw.div_ceil(2 * MIB).saturating_mul(2 * MIB)
 }
 
 const ALLOW_GROWTH_HELP: &str = "grow the pool region by region instead of reserving memory_limit up front";

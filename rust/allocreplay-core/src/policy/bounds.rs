@@ -47,6 +47,12 @@ pub fn alignment(entry: &PolicyEntry, options: &str) -> Result<u64> {
     for (k, v) in items(entry, options)? {
         if k == "alignment" {
             alignment = parse_u64(entry.name, k, v)?;
+            if alignment != 0 && (!alignment.is_power_of_two() || alignment > crate::offline::MAX_ALIGNMENT) {
+                return Err(crate::error::Error::PolicySpec(format!(
+                    "{}: alignment must be 0 (the trace's default) or a power of two from 1 to 2^30 (1 GiB), got {v}",
+                    entry.name
+                )));
+            }
         }
     }
     Ok(alignment)

@@ -32,6 +32,7 @@ const FREED: u8 = 3;
 /// Checks `trace` (read from `path`, named in errors). Strict: the first violation is an error
 /// naming the event. Lenient: violating events are dropped and counted in the metadata.
 pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
+    check_metadata(&trace.metadata, path)?;
     let n = trace.num_events();
     let mut keep: Option<Vec<bool>> = None;
     let mut skipped = 0usize;
@@ -62,6 +63,22 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
     let extra: Vec<arrow_schema::Field> = batch.schema().fields().iter().skip(10).map(|f| f.as_ref().clone()).collect();
     let columns: Vec<Arc<dyn Array>> = batch.columns().to_vec();
     Trace::from_parts(metadata, trace.frames.clone(), &extra, columns)
+}
+
+/// The metadata's device memory sizes are below 2^56 bytes, as every size (a capacity of more
+/// is not modelled: `units::MAX_CAPACITY`); even lenient.
+pub(crate) fn check_metadata(md: &TraceMetadata, path: &Path) -> Result<()> {
+    for d in &md.devices {
+        for (what, v) in [("total_memory", d.total_memory), ("memory_cap", d.memory_cap)] {
+            if let Some(v) = v.filter(|&v| v > crate::units::MAX_CAPACITY) {
+                return Err(Error::format(
+                    path,
+                    format!("device {}: {what} {v} is more than 2^56 bytes (64 PiB): the trace metadata is corrupt", d.index),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The state of every allocation id, as the check needs it: (state, size, the event that last

@@ -345,7 +345,7 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
 /// `read_arrow` of a file's bytes (`path` names it in errors).
 pub fn read_arrow_bytes(path: &Path, bytes: Vec<u8>) -> Result<Trace> {
     if !bytes.starts_with(b"ARROW1") {
-        return Err(Error::format(path, "not a readable Arrow IPC file (no ARROW1 magic)"));
+        return Err(Error::format(path, crate::import::compression::not_arrow_message(&bytes)));
     }
     check_ipc_bounds(&bytes).map_err(|m| Error::format(path, format!("corrupt Arrow IPC file: {m}")))?;
     // What the bounds check cannot foresee still must not reach the user as a panic.
@@ -388,6 +388,14 @@ pub(crate) fn trace_header(schema: &arrow_schema::SchemaRef, path: &Path) -> Res
     let version = md.get(META_FORMAT_VERSION).ok_or_else(|| {
         Error::schema(path, "Arrow file is not an allocreplay trace (no allocreplay.format_version in its schema metadata); import the raw capture with `allocreplay import`")
     })?;
+    if version.parse::<u32>().is_err() {
+        return Err(Error::schema(
+            path,
+            format!(
+                "allocreplay.format_version in its schema metadata is {version:?}, not a version number (digits only; this build reads version {FORMAT_VERSION}): the file was edited or not written by allocreplay; re-import the raw capture"
+            ),
+        ));
+    }
     if version.parse::<u32>().ok() != Some(FORMAT_VERSION) {
         return Err(Error::schema(
             path,
@@ -437,6 +445,17 @@ pub(crate) fn checked_batch(batch: RecordBatch, schema: &arrow_schema::SchemaRef
     // so a file with an id beyond the number of events is refused rather than allocated for.
     for (i, d) in batch.columns().iter().enumerate() {
         d.to_data().validate_full().map_err(|e| Error::format(path, format!("column {i} is corrupt: {e}")))?;
+    }
+    // Required columns hold no nulls (traces/README.md): the engine reads their values
+    // directly, and Arrow leaves the values under nulls undefined.
+    for (i, name) in [(2, "size"), (4, "stream"), (5, "device"), (6, "pool"), (8, "seed")] {
+        if let Some(nulls) = batch.column(i).nulls().filter(|n| n.null_count() > 0) {
+            let row = nulls.iter().position(|valid| !valid).unwrap_or(0);
+            return Err(Error::format(
+                path,
+                format!("column {name} is null at row {row} ({} nulls): a required column may hold no nulls", nulls.null_count()),
+            ));
+        }
     }
     let ids = batch.column(1).as_primitive::<arrow_array::types::UInt64Type>();
     if let Some(max) = ids.iter().flatten().max() {

@@ -79,7 +79,7 @@ impl MappedTrace {
         let map = map_file(&file, path)?;
         let bytes: &[u8] = &map;
         if !bytes.starts_with(b"ARROW1") {
-            return Err(Error::format(path, "not a readable Arrow IPC file (no ARROW1 magic)"));
+            return Err(Error::format(path, crate::import::compression::not_arrow_message(bytes)));
         }
         check_ipc_bounds(bytes).map_err(|m| Error::format(path, format!("corrupt Arrow IPC file: {m}")))?;
         // The bounds check has parsed the footer and every block's message already: neither
@@ -97,6 +97,7 @@ impl MappedTrace {
                 .map_err(|e| Error::format(path, format!("not a readable Arrow IPC file ({e})")))?,
         );
         let (metadata, frames) = trace_header(&schema, path)?;
+        super::check::check_metadata(&metadata, path)?;
         let blocks: Vec<Block> = footer.recordBatches().into_iter().flatten().copied().collect();
         let dictionaries: Vec<Block> = footer.dictionaries().into_iter().flatten().copied().collect();
         let mut rows = 0u64;

@@ -109,11 +109,6 @@ fn choose_allocator<'a>(path: &Path, summaries: &'a [AllocatorSummary], asked: O
     Ok(best(true).or_else(|| best(false)).expect("at least one allocator"))
 }
 
-/// The BFC stats of the capture's `.json` (`memory_stats` of `jax.Device`), if any.
-fn json_u64(v: &serde_json::Value, key: &str) -> Option<u64> {
-    v.get(key).and_then(|x| x.as_u64().or_else(|| x.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)))
-}
-
 fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) -> Result<Trace> {
     let summaries = capture.summaries();
     if summaries.is_empty() {
@@ -266,13 +261,13 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
                 ["jax", "tf", "tensorflow"].iter().find_map(|k| m.get(*k)).and_then(|v| v.as_str()).map(str::to_string);
         }
         if info.total_memory.is_none() {
-            info.total_memory = json_u64(&m, "device_total_bytes");
+            info.total_memory = super::meta_u64(&meta_path, &m, "", "device_total_bytes")?;
         }
         if let Some(st) = m.get("memory_stats").filter(|v| v.is_object()) {
             // jax `Device.memory_stats()` of the device allocator: bytes_limit is its
             // memory_limit (what the trace's bytes_available implies too).
             if chosen.is_device() {
-                if let Some(limit) = json_u64(st, "bytes_limit") {
+                if let Some(limit) = super::meta_u64(&meta_path, st, "memory_stats.", "bytes_limit")? {
                     info.memory_cap = Some(limit);
                 }
                 let mut stats = serde_json::Map::new();
