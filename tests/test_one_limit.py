@@ -167,11 +167,6 @@ def test_every_capacity_help_describes_the_default_used(command):
     assert "recorded device's total memory" not in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the core's analysis::state_at takes the device's total memory as the limit of a PyTorch trace without a cap; "
-    "replay::default_limit takes the total minus the CUDA context's share (Rust change pending)",
-)
 def test_analysis_agrees_with_replay_below_the_context_share():
     # A PyTorch trace without a cap whose one request fits the device's memory but not the
     # memory left beside the CUDA context.

@@ -117,8 +117,9 @@ pub fn state_at(trace: &Trace, req: &StateRequest) -> Result<Vec<State>> {
     let mut out = Vec::new();
     for d in trace.devices() {
         let info = trace.metadata.device(d);
-        let explicit = req.capacity.map(|c| c.resolve(info)).transpose()?;
-        let limit = explicit.or_else(|| info.and_then(|i| i.total_memory));
+        // The limit replay uses (replay::metadata_limit): --capacity, else the recorded cap,
+        // else (PyTorch) the device's memory less the CUDA context's share.
+        let (explicit, limit, _source) = crate::replay::metadata_limit(&trace.metadata, d, req.capacity)?;
         let ctx = PolicyContext { metadata: &trace.metadata, device: info, capacity: explicit };
         let opts = ReplayOptions { capacity: limit, ..Default::default() };
         // Pass 1: where is the event?
