@@ -343,3 +343,18 @@ def test_the_python_api_returns_a_polars_table_and_the_answer(fitted):
     assert got.answer == result["answer"]
     assert got.table["cached"].all()
     assert set(got.table.columns) >= {"batch_size", "setting", "fits", "peak_reserved_bytes", "margin_bytes", "num_alloc_retries", "capture_seconds"}
+
+
+@needs_torch
+def test_two_varied_parameters_give_a_frontier(tmp_path):
+    # Half the width, twice the rows: at 96 MiB batch 12 fits at width 32768 but not at 65536
+    # (fit_workload: batch * width floats flow through two layers).
+    run = _ar("fit", "--capacity", CAP, "--vary", "width=32768,65536", "--vary", "batch_size=8,12", "--no-tune", "--cache-dir", str(tmp_path / "c"),
+              "-j", "2", "--json", "--", sys.executable, str(WORKLOAD), "--width", "{width}", "--batch-size", "{batch_size}", cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout)
+    frontier = {r["width"]: r["largest"] for r in got["frontier"] if r["setting"] == "pytorch"}
+    assert frontier == {32768: 12, 65536: 8}
+    lines = got["answer"].splitlines()
+    assert len(lines) == 2 and lines[0].startswith("largest batch_size at width=32768 that fits") and lines[1].endswith(": 8 with the defaults")
+    assert sorted((r["width"], r["batch_size"]) for r in got["rows"]) == [(32768, 8), (32768, 12), (65536, 8), (65536, 12)]
