@@ -106,7 +106,7 @@ def main() -> int:
     print(text)
     if args.write:
         doc = DOC.read_text()
-        new = re.sub(r"(<!-- accuracy.py: begin -->\n).*?(\n<!-- accuracy.py: end -->)", lambda m: m.group(1) + text + m.group(2), doc, flags=re.S)
+        new = re.sub(r"(<!-- accuracy.py: begin -->\n).*?(<!-- accuracy.py: end -->)", lambda m: m.group(1) + text + "\n" + m.group(2), doc, flags=re.S)
         DOC.write_text(new)
     bad = [r for r in rows if r["wrong_fits"]]
     return 1 if bad else 0
