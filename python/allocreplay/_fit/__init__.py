@@ -214,6 +214,7 @@ def fit(
     use_cache: bool = True,
     cwd: str | None = None,
     progress: Progress | None = None,
+    started: Callable[[dict[str, int]], None] | None = None,
 ) -> FitResult:
     """Finds the largest value of each varied parameter for which ``command`` fits the device.
 
@@ -228,7 +229,8 @@ def fit(
     above each first failure, to check the monotonicity the search assumes. ``gpu``: capture on this machine's GPU instead of ``--no-gpu``.
     ``unknown_values``: what a CPU run reads for values computed on the GPU (``zero``: counted
     and reported; ``error``: stop). ``jobs``: captures at once; ``backend="ray"`` runs them on
-    a Ray cluster (``address``). Returns a :class:`FitResult`."""
+    a Ray cluster (``address``). ``progress`` gets a line per candidate evaluated,
+    ``started`` the values of each candidate as its capture begins. Returns a :class:`FitResult`."""
     axes = _axes(vary, values, step)
     if jobs < 1:
         raise InvalidArgumentError(f"--jobs must be at least 1, got {jobs}")
@@ -252,6 +254,8 @@ def fit(
 
     def one(point: tuple[int, ...]) -> list[dict[str, Any]]:
         vals = dict(zip(names, point))
+        if started is not None:
+            started(vals)
         if backend == "ray":
             from allocreplay._fit._ray import capture_on_ray
 

@@ -183,33 +183,57 @@ def fit_cmd(
     vals = list(parse_values(values, "--values")) if values else None
     started = time.monotonic()
 
+    # A progress line on a terminal (allocreplay.progress.Bar: redrawn in place, erased at the
+    # end): what is being captured and how many candidates are done; one line per candidate
+    # as it is decided.
+    from allocreplay.progress import Bar
+
+    bar = Bar("fit: starting", enabled=False if quiet else None)
+    running: list[str] = []
+    done = [0]
+
+    def relabel() -> None:
+        now = ", ".join(running) or "-"
+        bar.label = f"fit: {done[0]} candidate(s) done; capturing {now}"
+
+    def began(vals: dict[str, int]) -> None:
+        running.append(", ".join(f"{k}={v}" for k, v in vals.items()))
+        relabel()
+
     def say(msg: str) -> None:
+        key = msg.split(":", 1)[0]
+        if key in running:
+            running.remove(key)
+        done[0] += 1
+        relabel()
         if not quiet:
-            click.echo(f"fit [{time.monotonic() - started:6.1f} s] {msg}", err=True)
+            click.echo(("\r\033[K" if bar.enabled else "") + f"fit [{time.monotonic() - started:6.1f} s] {msg}", err=True)
 
     from allocreplay._fit import default_cache_dir
 
     try:
-        result = fit(
-            list(command),
-            list(vary),
-            device=device,
-            capacity=capacity,
-            settings=settings,
-            tune=not no_tune,
-            check=not no_check,
-            values=vals,
-            step=step,
-            env=env_map,
-            gpu=gpu,
-            unknown_values=unknown_values,
-            jobs=jobs,
-            backend=backend,
-            address=address,
-            cache_dir=cache_dir,
-            use_cache=not no_cache,
-            progress=say,
-        )
+        with bar:
+            result = fit(
+                list(command),
+                list(vary),
+                device=device,
+                capacity=capacity,
+                settings=settings,
+                tune=not no_tune,
+                check=not no_check,
+                values=vals,
+                step=step,
+                env=env_map,
+                gpu=gpu,
+                unknown_values=unknown_values,
+                jobs=jobs,
+                backend=backend,
+                address=address,
+                cache_dir=cache_dir,
+                use_cache=not no_cache,
+                progress=say,
+                started=began,
+            )
     except KeyboardInterrupt:
         kept = os.path.abspath(cache_dir or default_cache_dir())
         click.echo(f"fit: interrupted; the captures that finished are kept in {kept}: the same command goes on from them", err=True)
