@@ -71,6 +71,10 @@ def test_from_events_refuses_floats_that_are_not_whole_numbers():
         allocreplay.Trace.from_events(pl.DataFrame({"action": ["alloc"], "alloc_id": [0], "size": [8], "time_ns": [float("nan")]}))
     with pytest.raises(errors.InvalidArgumentError, match=r"metadata devices\[\]\.index is 0.5, not an integer"):
         allocreplay.Trace.from_events(pl.DataFrame({"action": ["alloc"], "alloc_id": [0], "size": [8]}), {"devices": [{"index": 0.5}]})
+    # A device or pool entry without its index names the entry (it was a KeyError traceback).
+    for md in ({"devices": [{"total_memory": 1 << 30}]}, {"pools": [{"kind": "private"}]}, {"devices": [7]}):
+        with pytest.raises(errors.InvalidArgumentError, match=r"metadata (devices|pools)\[\] entry .* has no 'index'"):
+            allocreplay.Trace.from_events(pl.DataFrame({"action": ["alloc"], "alloc_id": [0], "size": [8]}), md)
     # Whole floats are their value.
     t = allocreplay.Trace.from_events(pl.DataFrame({"action": ["alloc"], "alloc_id": [0], "size": [4096.0]}))
     assert t.events["size"].to_list() == [4096]
@@ -358,3 +362,17 @@ def test_a_format_version_with_a_space_says_it_is_not_a_version_number(tmp_path)
         allocreplay.load(p)
     r = run_subprocess("info", p)
     assert "not a version number" in one_line_exit_2(r)
+
+
+def test_save_with_replaced_metadata_never_writes_a_trace_load_refuses(tmp_path):
+    t = allocreplay.load(TRACES / "two_streams__default.pickle.xz")
+    out = tmp_path / "patched.arrow"
+    out.write_bytes(b"the previous file")
+    # A capacity above what any policy models (2^56 bytes) is refused on load: so is the save.
+    with pytest.raises(errors.InvalidArgumentError, match=r"patched.arrow: not written: the metadata given to save\(\) makes a trace load refuses"):
+        t.save(out, metadata={"devices": [{"index": 0, "total_memory": 1 << 60}]})
+    assert out.read_bytes() == b"the previous file"
+    assert [p.name for p in tmp_path.iterdir()] == ["patched.arrow"]
+    # Valid replaced metadata is written, and loads with it.
+    t.save(out, metadata={"devices": [{"index": 0, "memory_cap": 1 << 31}]})
+    assert allocreplay.load(out).metadata["devices"][0]["memory_cap"] == 1 << 31

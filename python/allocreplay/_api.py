@@ -16,7 +16,7 @@ import polars as pl
 
 from allocreplay import _core
 from allocreplay._core import BfcValidationReport, TraceInfo, ValidationReport
-from allocreplay.errors import InvalidArgumentError
+from allocreplay.errors import AllocReplayError, InvalidArgumentError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -135,6 +135,15 @@ class Trace:
 
         with _output.output_path(_output.target(path)) as tmp:
             self._inner.save(tmp, device, metadata)
+            if metadata is not None and os.path.isfile(tmp):
+                # Replaced metadata is checked as load checks it, before the file takes the
+                # place of the target: a writer never leaves a file that load refuses.
+                try:
+                    _core.load(tmp)
+                except AllocReplayError as e:
+                    raise InvalidArgumentError(
+                        f"{os.fspath(path)}: not written: the metadata given to save() makes a trace load refuses: {str(e).replace(tmp, '<the trace>')}"
+                    ) from None
 
     def ipc_bytes(self) -> bytes:
         """The bytes :meth:`save` would write."""

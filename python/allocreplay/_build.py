@@ -116,6 +116,14 @@ def _whole(value: Any, what: str) -> int:
     return int(value)
 
 
+def _index(entry: Any, what: str) -> Any:
+    """An entry of the metadata's ``devices`` or ``pools``: a dict with an ``index``, else an
+    error naming the entry (not a KeyError)."""
+    if not isinstance(entry, Mapping) or "index" not in entry:
+        raise _fail(f"metadata {what}[] entry {entry!r} has no 'index' (each of {what} is a dict with an integer 'index')")
+    return entry["index"]
+
+
 def _metadata(df: pl.DataFrame, given: Mapping[str, Any] | None) -> dict[str, Any]:
     md: dict[str, Any] = {
         "format_version": _core.FORMAT_VERSION,
@@ -130,11 +138,11 @@ def _metadata(df: pl.DataFrame, given: Mapping[str, Any] | None) -> dict[str, An
     }
     md.update(dict(given or {}))
     md["format_version"] = _core.FORMAT_VERSION
-    by_index = {_whole(d["index"], "devices[].index"): {**d, "index": _whole(d["index"], "devices[].index")} for d in md.get("devices") or []}
+    by_index = {_whole(_index(d, "devices"), "devices[].index"): {**d, "index": _whole(d["index"], "devices[].index")} for d in md.get("devices") or []}
     for d in sorted(set(df["device"].to_list())):
         by_index.setdefault(int(d), {"index": int(d)})
     md["devices"] = [{"name": None, "total_memory": None, "memory_cap": None, **by_index[i]} for i in sorted(by_index)]
-    pools = {_whole(p["index"], "pools[].index"): {**p, "index": _whole(p["index"], "pools[].index")} for p in md.get("pools") or []}
+    pools = {_whole(_index(p, "pools"), "pools[].index"): {**p, "index": _whole(p["index"], "pools[].index")} for p in md.get("pools") or []}
     for p in sorted(set(df["pool"].to_list()) | {0}):
         pools.setdefault(int(p), {"index": int(p), "id": [0, int(p)], "kind": "default" if p == 0 else "private"})
     md["pools"] = [pools[i] for i in sorted(pools)]

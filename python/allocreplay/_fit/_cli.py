@@ -97,7 +97,7 @@ def _env_pair(text: str) -> tuple[str, str]:
     help="A parameter to vary: NAME=LO:HI (searched: ×2 up, then bisection) or NAME=V1,V2,... (all tried). Several make a grid; the last is searched at each combination of the others. {NAME} in the command takes the value.",
 )
 @click.option("--values", metavar="V1,V2,...", help="Try exactly these values of the (last) --vary parameter.")
-@click.option("--step", type=click.IntRange(min=1), help="Search on multiples of STEP from LO instead of on every integer.")
+@click.option("--step", type=click.IntRange(min=1, max=1 << 62), help="Search on multiples of STEP from LO instead of on every integer.")
 @click.option(
     "-s",
     "--setting",
@@ -118,7 +118,7 @@ def _env_pair(text: str) -> tuple[str, str]:
     show_default=True,
     help="Values computed on the GPU that the CPU run reads (.item(), a generate loop's stopping test): read as zeros and counted, or stop with an error.",
 )
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Candidates captured at once.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1, max=1024), default=1, show_default=True, help="Candidates captured at once.")
 @click.option(
     "--backend",
     type=click.Choice(["local", "ray"]),
