@@ -62,18 +62,18 @@ def usable_capacity(device: str | None, capacity: str | int | None) -> tuple[int
             + ("(measured on an H200)" if dev.key == "h200" else "(the H200's measurement, as an estimate: `allocreplay devices` says why)"),
         )
     _, total, _, _ = _nogpu.parse_device(key)
-    ctx = 726_466_560  # replay.rs PYTORCH_CUDA_CONTEXT_BYTES, measured on an H200
+    from allocreplay.capture._devices import H200_CONTEXT_BYTES as ctx
+
     return total - ctx, key, f"{_core.format_bytes(total)} less {_core.format_bytes(ctx)} for the CUDA context and libraries (measured on an H200)"
 
 
 def _catalogue(key: str) -> Any:
-    try:
-        from allocreplay.capture import _devices
-    except ImportError:
-        return None
+    """The catalogue's card for ``key``; None for a size (``80GiB``: an H200-like device)."""
+    from allocreplay.capture import _devices
+
     try:
         return _devices.lookup(key)
-    except (ValueError, AttributeError):
+    except ValueError:
         return None
 
 
@@ -364,9 +364,8 @@ def _tuned_env(table: pl.DataFrame, names: list[str], point: Mapping[str, int]) 
 def _answer(axes: list[Axis], labels: list[str], search: Search, table: pl.DataFrame, dev_key: str, cap: int, how: str) -> str:
     names = [a.name for a in axes]
     inner = axes[-1]
-    where = (
-        f"{dev_key} ({_core.format_bytes(cap)} usable)" if how.startswith(("NVIDIA", "Tesla")) or "less" in how else f"{dev_key} at {_core.format_bytes(cap)}"
-    )
+    # --capacity is a limit the user chose; otherwise the device's usable memory.
+    where = f"{dev_key} at {_core.format_bytes(cap)}" if how.startswith("--capacity") else f"{dev_key} ({_core.format_bytes(cap)} usable)"
     lines = []
     by_outer: dict[tuple[int, ...], list[tuple[str, int | None, int | None]]] = {}
     for outer, setting, ok, fail in search.answers():
