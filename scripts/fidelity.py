@@ -182,9 +182,9 @@ def xla_section(shared: Path) -> list[str]:
 
 def real_async_runs() -> dict[str, list[int]]:
     """Peak reserved of every real backend:cudaMallocAsync run of the nine workloads
-    (tools/driver-probes/realruns-h200-580.159.txt: the same program and seed, run 3-7 times)."""
+    (tests/data/realruns-h200-580.159.txt: the same program and seed, run 3-7 times)."""
     runs: dict[str, list[int]] = {}
-    for line in (ROOT / "tools/driver-probes/realruns-h200-580.159.txt").read_text().splitlines():
+    for line in (ROOT / "tests/data/realruns-h200-580.159.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             workload, _run, peak, *_ = line.split()
             runs.setdefault(workload, []).append(int(peak))
@@ -252,7 +252,7 @@ def repeated_async_runs(shared: Path) -> list[str]:
     decides which frees it can reuse): the model against every repeated real run."""
     runs = real_async_runs()
     lines = [
-        "Repeated real runs (same program and seed; tools/driver-probes/realruns-h200-580.159.txt):",
+        "Repeated real runs (same program and seed; tests/data/realruns-h200-580.159.txt):",
         "the model against their median, and how many runs it is within 3% of.",
         "",
         "| workload | real runs | min | median | max | `cuda-async` | vs median | runs within 3% |",
@@ -270,7 +270,7 @@ def repeated_async_runs(shared: Path) -> list[str]:
     return lines
 
 
-# Captured on 2026-12-01, after the model was chosen (tools/driver-probes/asyncheld/workloads.py,
+# Captured on 2026-12-01, after the model was chosen (research/driver-probes/asyncheld/workloads.py,
 # which declared the DEV / HOLDOUT split before any ran): issue 13, item 2.
 OUT_OF_SAMPLE = [
     ("opt_generate", "dev"),
@@ -288,7 +288,7 @@ def out_of_sample_async() -> list[str]:
     """The model on eight workloads it was never fitted on, against the median of three real
     runs each, with the driver's own result for the same requests on an idle GPU."""
     runs = real_async_runs()
-    replays = (ROOT / "tools/driver-probes/replays-h200-580.159.txt").read_text()
+    replays = (ROOT / "tests/data/replays-h200-580.159.txt").read_text()
     lines = [
         "Out of sample (issue 13): eight workloads captured on 2026-12-01 after the model was chosen,",
         "three real runs each (none was used to fit it; `dev` / `holdout` is the split declared for",

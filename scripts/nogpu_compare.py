@@ -47,8 +47,8 @@ CASES = [
     Case("densenet121_train", 6, f"{ROOT}/traces/nogpu/densenet121_train__default", f"{ROOT}/traces/nogpu/densenet121_train__expandable.json", True),
     Case("qwen2_train", 8, f"{ROOT}/traces/nogpu/qwen2_train__default", f"{ROOT}/traces/nogpu/qwen2_train__expandable.json", True),
     Case("convnext_train", 6, f"{ROOT}/traces/cuda/convnext_train__default", f"{ROOT}/traces/cuda/convnext_train__expandable.json", True),
-    # Captured for issue 13 (tools/driver-probes/asyncheld); among the models whose convolutions
-    # tools/nogpu/probe_cudnn.py measured, otherwise not looked at.
+    # Captured for issue 13 (research/driver-probes/asyncheld); among the models whose convolutions
+    # research/nogpu/probe_cudnn.py measured, otherwise not looked at.
     Case("efficientnet_train", 8, f"{ROOT}/traces/cuda/efficientnet_train__default", None, False, note="convolutions in the cuDNN table"),
     Case("mobilenet_train", 8, f"{ROOT}/traces/cuda/mobilenet_train__default", None, False, note="convolutions in the cuDNN table, autocast bfloat16"),
 ]

@@ -1,7 +1,7 @@
 """The CUDA-level policies through the CLI and the Python API (docs/cuda-policies.md).
 
 Truth: the GPU replays of the same requests through cudaMalloc/cudaFree
-(tools/driver-probes/replays-h200-580.159.txt: two_streams peak used 2,342,518,784 bytes) and
+(tests/data/replays-h200-580.159.txt: two_streams peak used 2,342,518,784 bytes) and
 traces/cuda/two_streams__async.json (the real run under backend:cudaMallocAsync).
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,16 @@ def test_cli_unknown_device_exits_2_naming_the_known_ones(run_cli):
 def test_docs_table_is_up_to_date():
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "devices_table.py"), "--check"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
+
+
+def test_the_h200_numbers_are_those_of_the_probe_log_the_catalogue_cites():
+    # tests/data/va-h200-580.159.txt, `### footprint.txt`: torch's total_memory, and the memory the
+    # CUDA context and the libraries took (after a matmul, a bf16 matmul and SDPA; the same when
+    # filling the device stopped).
+    log = (REPO / "tests" / "data" / "va-h200-580.159.txt").read_text()
+    footprint = json.loads(log.split("### footprint.txt\n", 1)[1].split("\n###", 1)[0])
+    assert footprint["total_memory"] == H200_TOTAL == _devices.DEVICES["h200"].total_bytes
+    assert footprint["after_sdpa"]["used_outside_torch"] == footprint["at_fill"]["used_outside_torch"] == H200_CONTEXT
+    for d in _devices.DEVICES.values():
+        for cited in re.findall(r"tests/data/[\w.-]+\.txt", d.source_total + d.source_context):
+            assert (REPO / cited).is_file(), f"{d.key} cites {cited}, which is not there"

@@ -77,7 +77,7 @@ def test_capacity_units_and_fractions_reach_the_replay(run_cli):
     assert capacities(run_cli, "1.0") == [H200]
     # No --capacity and no recorded cap: the device's memory less the CUDA context's share,
     # where filling the H200 through the caching allocator stopped (149,369,651,200 reserved
-    # bytes and 13,762,560 free; tools/driver-probes/va-h200-580.159.txt, footprint).
+    # bytes and 13,762,560 free; tests/data/va-h200-580.159.txt, footprint).
     rows = json.loads(run_cli("replay", TWO, "--json").out)
     assert [(r["capacity_bytes"], r["capacity_source"]) for r in rows] == [(149_369_651_200 + 13_762_560, "device_total_minus_cuda_context")]
     assert json.loads(run_cli("replay", TWO, "--capacity", "80GiB", "--json").out)[0]["capacity_source"] == "--capacity"

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 MIB = 1 << 20
 GIB = 1 << 30
 
-# tools/driver-probes/va-h200-580.159.txt (`footprint`), rust/allocreplay-core/src/replay.rs.
+# tests/data/va-h200-580.159.txt (`footprint`), rust/allocreplay-core/src/replay.rs.
 H200_CONTEXT_BYTES = 726_466_560
 H200_CONTEXT = (
     "measured on the project's H200 (driver 580.159.04, torch 2.11.0+cu130): total - free - reserved after "
     "torch.cuda.init(), a matmul, a bf16 matmul and SDPA; filling the device then stopped at total - 726,466,560 "
-    "(tools/driver-probes/va-h200-580.159.txt)"
+    "(tests/data/va-h200-580.159.txt)"
 )
 CONTEXT_ESTIMATE = (
     "not measured on this card: the H200's 726,466,560 (context + cuBLAS/cuBLASLt + SDPA kernels), taken as a "
@@ -73,7 +73,7 @@ _ENTRIES = (
         (9, 0),
         132,
         "measured: torch.cuda.get_device_properties(0).total_memory on the project's H200, driver 580.159.04 "
-        "(tools/driver-probes/va-h200-580.159.txt, shared/traces/pytorch)",
+        "(tests/data/va-h200-580.159.txt, shared/traces/pytorch)",
         H200_CONTEXT,
     ),
     _device(

@@ -215,7 +215,7 @@ def efficient_backward_temporaries(grad_out: Any, q: Any, v: Any) -> tuple[int, 
 # forward after y, the backward's input gradient after grad_input, its weight gradient after
 # grad_weight. The size is the chosen engine's, decided on the device: _cudnn_h200.json holds
 # them as measured on an H200 (torch 2.11.0+cu130, cuDNN 9.19) for every convolution of ten
-# torchvision models at five batch sizes (tools/nogpu/probe_cudnn.py, build_cudnn_table.py).
+# torchvision models at five batch sizes (research/nogpu/probe_cudnn.py, build_cudnn_table.py).
 # A convolution not in it takes the table's entry for the nearest batch size, scaled; one of a
 # shape no measured model has, none (see conv_workspaces).
 CUDNN_TABLE = "_cudnn_h200.json.xz"
@@ -228,7 +228,7 @@ def _cudnn_table() -> dict[str, Any]:
         import lzma
 
         # ALLOCREPLAY_NOGPU_CUDNN_TABLE: another table (for studying the rule, e.g. with a model
-        # left out: tools/nogpu/build_cudnn_table.py --without MODEL).
+        # left out: research/nogpu/build_cudnn_table.py --without MODEL).
         path = os.environ.get("ALLOCREPLAY_NOGPU_CUDNN_TABLE") or os.path.join(os.path.dirname(os.path.abspath(__file__)), CUDNN_TABLE)
         with lzma.open(path, "rt") if path.endswith(".xz") else open(path) as f:
             data = json.load(f)

@@ -11,9 +11,9 @@ fn main() {
     let spec = std::env::args().nth(1).unwrap_or_else(|| "cuda-async".into());
     let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let shared = root.join("../shared/traces/pytorch");
-    let probes = root.join("tools/driver-probes");
-    let replays = std::fs::read_to_string(probes.join("replays-h200-580.159.txt")).expect("replays file");
-    let runs = std::fs::read_to_string(probes.join("realruns-h200-580.159.txt")).expect("real runs file");
+    let data = root.join("tests/data");
+    let replays = std::fs::read_to_string(data.join("replays-h200-580.159.txt")).expect("replays file");
+    let runs = std::fs::read_to_string(data.join("realruns-h200-580.159.txt")).expect("real runs file");
     let cuda = root.join("traces/cuda");
     let cases = [
         ("gpt2_train", shared.join("gpt2_train__default.pickle.xz")),

@@ -50,7 +50,7 @@ pub struct Run {
 
 /// Bytes of device memory a PyTorch process cannot give its caching allocator: the CUDA
 /// context plus what cuBLAS, cuBLASLt and the attention kernels load on first use. Measured on
-/// an NVIDIA H200 (driver 580.159.04, torch 2.11.0+cu130; tools/driver-probes/va-h200-580.159.txt,
+/// an NVIDIA H200 (driver 580.159.04, torch 2.11.0+cu130; tests/data/va-h200-580.159.txt,
 /// `footprint`): `total - free - memory_reserved()` was 552,402,944 bytes after `torch.cuda.init()`
 /// and 726,466,560 after a matmul, a bf16 matmul and SDPA; filling the device through the caching
 /// allocator then stopped at 149,369,651,200 reserved bytes with 13,762,560 free (less than the

@@ -103,7 +103,7 @@ fn empty_caches(t: &allocreplay_core::Trace) -> Vec<u8> {
 
 #[test]
 fn empty_cache_calls_are_inferred_where_the_program_made_them() {
-    // traces/emptycache_lm: tools/driver-probes/midrun.py `emptycache` calls
+    // traces/emptycache_lm: research/driver-probes/midrun.py `emptycache` calls
     // torch.cuda.empty_cache() after steps 2 and 4 of 6, each time with cached segments to free.
     let t = load(&repo_trace("emptycache_lm.pickle.xz"), &ImportOptions::default()).unwrap();
     let ec = empty_caches(&t);

@@ -326,7 +326,7 @@ mod tests {
         addrs.iter().map(|&a| (a as i64 - T as i64) / MIB as i64).collect()
     }
 
-    // Expected layouts: the real driver's (tools/driver-probes/va-h200-580.159.txt, probes of
+    // Expected layouts: the real driver's (tests/data/va-h200-580.159.txt, probes of
     // the same name), relative to the top of the first region the probe carved.
 
     #[test]

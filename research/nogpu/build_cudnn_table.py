@@ -1,12 +1,12 @@
 """Builds capture --no-gpu's table of cuDNN convolution workspaces from probe_cudnn.py's output.
 
-    python tools/nogpu/build_cudnn_table.py tools/nogpu/cudnn_h200_probe.json.xz \
+    python research/nogpu/build_cudnn_table.py research/nogpu/cudnn_h200_probe.json.xz \
         python/allocreplay/capture/_cudnn_h200.json.xz
 
 The table maps each measured convolution (direction, input and weight shapes, dtype, layout,
 stride, padding, dilation, transposed, groups) to the workspaces it requested, in order. A
 convolution it does not hold takes its nearest measured batch size's, scaled, else none: the
-rule for shapes no measured model has was chosen on peaks (tools/nogpu/fallback_lomo.py and
+rule for shapes no measured model has was chosen on peaks (research/nogpu/fallback_lomo.py and
 docs/no-gpu.md). ``--without M1,M2`` leaves those models' own convolutions out (for that study).
 """
 

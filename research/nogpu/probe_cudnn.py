@@ -1,6 +1,6 @@
 """Measures cuDNN's convolution workspaces on a GPU, for `capture --no-gpu`'s model of them.
 
-    python tools/nogpu/probe_cudnn.py OUT.json [--models resnet50,...] [--batches 32,64,96]
+    python research/nogpu/probe_cudnn.py OUT.json [--models resnet50,...] [--batches 32,64,96]
 
 For each model (torchvision, random weights), batch size and precision (float32, and autocast
 to bfloat16 and to float16), one training step (forward and backward, PyTorch's defaults: cuDNN

@@ -2,7 +2,7 @@
 measured model out in turn (its convolutions predicted from the other nine models' table), then
 reports the chosen rules on densenet121 and convnext_tiny, measured apart and never used to
 choose, on the bytes and counts of workspaces. (The rule was then chosen on peaks, which this
-does not measure: docs/no-gpu.md.) Run from the repo root: python tools/nogpu/fallback_lomo.py
+does not measure: docs/no-gpu.md.) Run from the repo root: python research/nogpu/fallback_lomo.py
 """
 
 import collections
@@ -12,12 +12,12 @@ import math
 import statistics
 import sys
 
-sys.path.insert(0, "tools/nogpu")
+sys.path.insert(0, "research/nogpu")
 import build_cudnn_table as b
 
-with lzma.open("tools/nogpu/cudnn_h200_probe.json.xz", "rt") as f:
+with lzma.open("research/nogpu/cudnn_h200_probe.json.xz", "rt") as f:
     dev = json.load(f)["convolutions"]
-with lzma.open("tools/nogpu/cudnn_h200_heldout_probe.json.xz", "rt") as f:
+with lzma.open("research/nogpu/cudnn_h200_heldout_probe.json.xz", "rt") as f:
     held = json.load(f)["convolutions"]
 
 
