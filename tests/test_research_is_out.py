@@ -110,7 +110,7 @@ def test_the_checker_sees_a_read_and_lets_a_citation_pass(tmp_path):
     hits = [n for n, line in enumerate(code.splitlines(), 1) if RESEARCH.search(line) and n not in cited]
     assert hits == [3, 4]
     rs = Path("x.rs")
-    assert comment_start(rs, '/// research/x.cu') < '/// research/x.cu'.index("research")
+    assert comment_start(rs, "/// research/x.cu") < "/// research/x.cu".index("research")
     assert comment_start(rs, 'let p = "research/x";') == len('let p = "research/x";')
     assert TOOLS.search('root.join("tools/driver-probes")') and not TOOLS.search("pickletools.dis, itertools")
 
