@@ -1,11 +1,11 @@
 """What runs inside the recorded process: switch each framework's recording on as soon as the
 framework loads, and write the raw captures and their metadata when the process ends.
 
-This module and the framework modules beside it (``_pytorch``, ``_jax``, ``_tf``) use only the
-standard library and the frameworks themselves, never the rest of allocreplay: the command
-line copies them into a temporary directory as a package of their own, next to a
-``sitecustomize.py`` that calls :func:`boot`, so that they run in the user's Python whatever is
-installed there. ``allocreplay.capture()`` (in-process) uses them directly.
+This module and the framework modules beside it (``_pytorch``, ``_jax``, ``_tf``, and
+``_recorder``, what the recorders are given: they import it, never this module) use only the
+standard library and the frameworks themselves, never the rest of allocreplay: the command line
+copies them into a temporary directory as a package of their own, next to a ``sitecustomize.py``
+that calls :func:`boot`, so that they run in the user's Python whatever is installed there. ``allocreplay.capture()`` (in-process) uses them directly.
 
 Layout of the raw directory (``--keep-raw`` keeps it):
 
@@ -26,7 +26,6 @@ import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import json
 import os
 import socket
 import sys
@@ -35,6 +34,11 @@ import time
 import traceback
 from collections.abc import Callable
 from typing import Any
+
+from ._recorder import Config as Config
+from ._recorder import FrameworkRecorder as FrameworkRecorder
+from ._recorder import log as log
+from ._recorder import write_json as write_json
 
 ENV_CONFIG = "ALLOCREPLAY_CAPTURE"
 """The child's configuration: a JSON object (see :class:`Config`)."""
@@ -50,68 +54,6 @@ ENV_EXACT = ("CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "LOCAL_RANK", "RANK
 
 def relevant_env() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES) or k in ENV_EXACT}
-
-
-def log(message: str) -> None:
-    """One line on the process's stderr, prefixed so that it stands out from the script's."""
-    try:
-        sys.stderr.write(f"allocreplay capture [{os.getpid()}]: {message}\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
-
-
-def write_json(path: str, obj: Any) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, default=str)
-    os.replace(tmp, path)
-
-
-class Config:
-    """What to record: ``dir`` (raw directory), ``frameworks`` (names, or ``["auto"]``),
-    ``max_entries`` (PyTorch's history ring buffer), ``stacks`` (``python``, ``all``, ``none``),
-    ``no_gpu`` (``--no-gpu``: ``{"device": SPEC, "unknown": "error"|"zero"}``, see ``_nogpu``)."""
-
-    def __init__(self, dir: str, frameworks: list[str], max_entries: int, stacks: str, no_gpu: dict[str, Any] | None = None) -> None:
-        self.dir = dir
-        self.frameworks = frameworks
-        self.max_entries = max_entries
-        self.stacks = stacks
-        self.no_gpu = no_gpu
-
-    def to_json(self) -> str:
-        return json.dumps({"dir": self.dir, "frameworks": self.frameworks, "max_entries": self.max_entries, "stacks": self.stacks, "no_gpu": self.no_gpu})
-
-    @classmethod
-    def from_json(cls, text: str) -> Config:
-        d = json.loads(text)
-        return cls(d["dir"], list(d["frameworks"]), int(d["max_entries"]), str(d["stacks"]), d.get("no_gpu"))
-
-    def wants(self, framework: str) -> bool:
-        return "auto" in self.frameworks or framework in self.frameworks
-
-
-class FrameworkRecorder:
-    """One framework's recording in one process. Subclasses: ``_pytorch.TorchRecorder``,
-    ``_jax.JaxRecorder``, ``_tf.TfRecorder``."""
-
-    name = ""
-    module = ""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.status: dict[str, Any] = {"imported": False, "gpu": None, "recording": False, "reason": None}
-        self.artifacts: list[dict[str, Any]] = []
-
-    def path(self, name: str) -> str:
-        return os.path.join(self.session.config.dir, name)
-
-    def on_import(self, module: Any) -> None:
-        """The framework has just been imported: switch recording on (or arrange for it)."""
-
-    def finish(self) -> None:
-        """The process (or the ``with`` block) ends: stop recording, write the raw files."""
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):

@@ -25,7 +25,7 @@ import functools
 import os
 from typing import Any
 
-from ._hook import FrameworkRecorder, log, write_json
+from ._recorder import FrameworkRecorder, log, write_json
 
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 

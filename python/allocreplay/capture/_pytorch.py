@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from . import _tags
-from ._hook import FrameworkRecorder, log, write_json
+from ._recorder import FrameworkRecorder, log, write_json
 
 
 class TorchRecorder(FrameworkRecorder):

@@ -24,7 +24,7 @@ from allocreplay.capture._convert import Outcome, convert, keep_xla_dump
 from allocreplay.errors import CaptureError
 
 HOOK_PACKAGE = "_allocreplay_capture"
-HOOK_FILES = ("_hook.py", "_pytorch.py", "_jax.py", "_tf.py", "_nogpu.py", "_nogpu_extras.py", "_devices.py", "_tags.py", "_cudnn_h200.json.xz")
+HOOK_FILES = ("_hook.py", "_recorder.py", "_pytorch.py", "_jax.py", "_tf.py", "_nogpu.py", "_nogpu_extras.py", "_devices.py", "_tags.py", "_cudnn_h200.json.xz")
 XLA_DUMP_FLAGS = ("--xla_dump_hlo_as_proto", "--xla_dump_hlo_as_text")
 
 SITECUSTOMIZE = f"""\

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._hook import FrameworkRecorder, log, write_json
+from ._recorder import FrameworkRecorder, log, write_json
 
 
 def cpu_bfc_enabled() -> bool:
