@@ -66,7 +66,7 @@ def _expected_call_site(frames: dict, stack: list[int]) -> str | None:
 
 def test_call_sites_are_the_users_innermost_frames(gpt2):
     # gpt2_train__default was captured with stacks="python".
-    from allocreplay._build import frame_table_dict
+    from allocreplay._api._build import frame_table_dict
 
     frames = frame_table_dict(gpt2.frames, gpt2.stacks)
     sites = analysis.call_sites(gpt2)

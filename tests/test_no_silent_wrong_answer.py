@@ -107,7 +107,7 @@ def test_every_constructor_of_a_trace_rejects_what_load_rejects(tmp_path, events
         },
         schema={"action": pl.String, "alloc_id": pl.UInt64, "size": pl.UInt64, "time_ns": pl.Int64},
     )
-    from allocreplay._build import to_table
+    from allocreplay._api._build import to_table
 
     p = tmp_path / "events.arrow"
     table = to_table(df)

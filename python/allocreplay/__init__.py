@@ -12,9 +12,29 @@
 """
 
 from allocreplay import analysis, errors
-from allocreplay._api import ReplayResult, Trace, load, offline, parse_capacity, plan, replay, validate, validate_bfc, validate_reports, xla_runtime
+from allocreplay._api import (
+    FORMAT_VERSION,
+    POLICY_NAMES,
+    BfcValidationReport,
+    PolicyInfo,
+    PolicyOption,
+    ReplayResult,
+    Trace,
+    TraceInfo,
+    ValidationReport,
+    __version__,
+    load,
+    offline,
+    parse_capacity,
+    plan,
+    policies,
+    replay,
+    validate,
+    validate_bfc,
+    validate_reports,
+    xla_runtime,
+)
 from allocreplay._catalogue import devices
-from allocreplay._core import FORMAT_VERSION, POLICY_NAMES, BfcValidationReport, PolicyInfo, PolicyOption, TraceInfo, ValidationReport, __version__, policies
 from allocreplay._fit import FitResult, fit
 from allocreplay._tune import tune
 from allocreplay.capture import Capture, capture

@@ -1,15 +1,15 @@
 """The policy registry as plain data: `allocreplay policies --json` and docs/policies.md
-(`scripts/policy_docs.py`) are made from `_core.policies()` here, so neither can drift from
+(`scripts/policy_docs.py`) are made from `_api.policies()` here, so neither can drift from
 the Rust declarations."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from allocreplay import _core
+from allocreplay import _api
 
 
-def option_dict(o: _core.PolicyOption) -> dict[str, Any]:
+def option_dict(o: _api.PolicyOption) -> dict[str, Any]:
     return {
         "name": o.name,
         "type": o.type,
@@ -23,7 +23,7 @@ def option_dict(o: _core.PolicyOption) -> dict[str, Any]:
     }
 
 
-def policy_dict(p: _core.PolicyInfo) -> dict[str, Any]:
+def policy_dict(p: _api.PolicyInfo) -> dict[str, Any]:
     return {
         "name": p.name,
         "summary": p.summary,
@@ -42,7 +42,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _example(p: _core.PolicyInfo) -> str:
+def _example(p: _api.PolicyInfo) -> str:
     sep = ":" if p.syntax == "conf" else "="
     opts = [o for o in p.options if o.search][:2]
     if not opts:
@@ -67,7 +67,7 @@ def docs_markdown() -> str:
         "| policy | summary | models | example |",
         "|---|---|---|---|",
     ]
-    infos = _core.policies()
+    infos = _api.policies()
     for p in infos:
         out.append(f"| `{p.name}` | {_cell(p.summary)} | {_cell(p.models)} | {_example(p)} |")
     for p in infos:

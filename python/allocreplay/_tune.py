@@ -5,7 +5,7 @@ The search space comes from the policy registry: every option of the framework's
 declares search values (`allocreplay policies` lists them), each option either left at its
 default or set to one of them. The whole grid when it fits the budget; else the defaults, each
 option changed alone, and a seeded random sample of the grid. The sweep itself runs in Rust
-(`_core.sweep`: all cores, GIL released, traces shared) or on Ray (`_tune_ray`); the ranking is
+(`_api.sweep`: all cores, GIL released, traces shared) or on Ray (`_tune_ray`); the ranking is
 Polars here, so both backends rank the same rows the same way.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import polars as pl
 
-from allocreplay import _core
+from allocreplay import _api
 from allocreplay._api import Trace, load
 from allocreplay.errors import InvalidArgumentError
 
@@ -46,8 +46,8 @@ def framework_of(trace: Trace, name: str = "trace") -> str:
     raise InvalidArgumentError(f"{name}: cannot tell which framework recorded it (source '{md.get('source')}'); pass --framework pytorch, tf or jax")
 
 
-def _entry(framework: str) -> _core.PolicyInfo:
-    for p in _core.policies():
+def _entry(framework: str) -> _api.PolicyInfo:
+    for p in _api.policies():
         if p.framework == framework:
             return p
     raise InvalidArgumentError(f"unknown framework '{framework}'; frameworks: {', '.join(FRAMEWORKS)}")
@@ -103,15 +103,14 @@ def grid_size(framework: str) -> int:
 
 
 def _sweep_local(traces: list[Trace], specs: list[str], capacity: str | None, threads: int, progress: Progress | None) -> pl.DataFrame:
-    inner = [t._inner for t in traces]
     if progress is None or len(specs) <= 16:
-        return pl.DataFrame(_core.sweep(inner, specs, capacity, threads))
+        return _api.sweep(traces, specs, capacity, threads)
     # Chunks of several settings per core, so the bar moves and the threads stay busy.
     cores = threads or os.cpu_count() or 1
     step = max(4 * cores, math.ceil(len(specs) / 20))
     parts = []
     for start in range(0, len(specs), step):
-        part = pl.DataFrame(_core.sweep(inner, specs[start : start + step], capacity, threads))
+        part = _api.sweep(traces, specs[start : start + step], capacity, threads)
         parts.append(part.with_columns(pl.col("setting") + start))
         progress(min(start + step, len(specs)), len(specs))
     return pl.concat(parts)
@@ -141,7 +140,7 @@ def rank(rows: pl.DataFrame, specs: list[str], objective: str = "peak_reserved")
         pl.col("setting").map_elements(lambda i: specs[i], return_dtype=pl.String).alias("policy"),
         ((pl.col("num_ooms") == 0) & pl.col("error").is_null()).alias("fits"),
     )
-    envs = {s: _core.policy_env(s) for s in specs}
+    envs = {s: _api.policy_env(s) for s in specs}
     agg = agg.with_columns(pl.col("policy").replace_strict(envs, return_dtype=pl.String).alias("env"))
     keys = {
         "peak_reserved": ["peak_reserved_bytes", "device_calls", "num_alloc_retries"],

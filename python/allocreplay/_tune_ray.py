@@ -1,9 +1,9 @@
 """`tune --backend ray`: the same sweep as the local backend, spread over a Ray cluster.
 
 Each trace goes into Ray's object store once, as a pyarrow table (Arrow buffers: workers on the
-node map them without copying) and is rebuilt in each task with `_core.trace_from_arrow`, which
+node map them without copying) and is rebuilt in each task with `_api.trace_from_table`, which
 imports the buffers through the Arrow C stream interface. Each task replays one chunk of the
-settings on one core with `_core.sweep` and returns its rows as a pyarrow table; the rows are
+settings on one core with `_api.sweep` and returns its rows as a pyarrow table; the rows are
 then ranked by the same Polars code as the local backend's. Install with `allocreplay[ray]`.
 """
 
@@ -16,23 +16,18 @@ from typing import Any
 
 import polars as pl
 
-from allocreplay._api import Trace
+from allocreplay import _api
 from allocreplay.errors import InvalidArgumentError
 
 
 def _replay_chunk(offset: int, specs: list[str], capacity: str | None, *tables: Any) -> Any:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from allocreplay import _core
-
-    traces = [_core.trace_from_arrow(t, "<ray object store>") for t in tables]
-    rows = pa.table(_core.sweep(traces, specs, capacity, 1))
-    return rows.set_column(0, "setting", pc.add(rows.column("setting"), pa.scalar(offset, pa.uint32())))
+    traces = [_api.trace_from_table(t, "<ray object store>") for t in tables]
+    rows = _api.sweep(traces, specs, capacity, 1)
+    return rows.with_columns(pl.col("setting") + offset).to_arrow()
 
 
 def sweep_ray(
-    traces: list[Trace],
+    traces: list[_api.Trace],
     specs: list[str],
     capacity: str | None,
     *,
@@ -40,7 +35,7 @@ def sweep_ray(
     chunk: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> pl.DataFrame:
-    """One row per (setting, trace, device), as `_core.sweep` gives locally."""
+    """One row per (setting, trace, device), as `_api.sweep` gives locally."""
     try:
         # Typed as Any: Ray's own annotations differ between versions (the check must not
         # depend on which one is installed).

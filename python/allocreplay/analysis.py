@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from allocreplay import _core
+from allocreplay import _api
 from allocreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -115,15 +115,7 @@ class State:
 
 
 def _trace(trace: Trace | str | os.PathLike[str]) -> Trace:
-    from allocreplay._api import Trace, load
-
-    return trace if isinstance(trace, Trace) else load(trace)
-
-
-def _capacity(capacity: str | float | None) -> str | None:
-    from allocreplay._api import _capacity_arg
-
-    return _capacity_arg(capacity)
+    return trace if isinstance(trace, _api.Trace) else _api.load(trace)
 
 
 # What each ``capacity_source`` means, in the words every command prints.
@@ -147,16 +139,15 @@ def limits(trace: Trace | str | os.PathLike[str], capacity: str | float | None =
     ``compare``, ``report``, ``tune`` and every function of this module use."""
     t = _trace(trace)
     # `ideal` (the live bytes) builds no allocator, so it runs on every trace, and fast.
-    s = pl.DataFrame(_core.replay(t._inner, ["ideal"], _capacity(capacity), 1, False).summary)
+    s = _api.replay(t, ["ideal"], capacity, timeline_points=1, placements=False).summary
     return s.select("device", "capacity_bytes", "capacity_source").sort("device")
 
 
 def _state_tables(t: Trace, policy: str, at: str | int, capacity: str | float | None) -> tuple[pl.DataFrame, ...]:
-    """``_core.state_at``'s tables at the limit :func:`limits` gives: without ``capacity``, a
+    """``_api.state_at``'s tables at the limit :func:`limits` gives: without ``capacity``, a
     device whose run recorded a cap is replayed at that cap, as ``replay`` does."""
     if capacity is not None:
-        s, live, blocks, segs, _ = _core.state_at(t._inner, policy, str(at), _capacity(capacity), False)
-        return pl.DataFrame(s), pl.DataFrame(live), pl.DataFrame(blocks), pl.DataFrame(segs)
+        return _api.state_at(t, policy, str(at), capacity, history=False)[:4]
     # The recorded cap is what a replay gets as its capacity: pass it as one (the same limit,
     # the same policy configuration), per group of devices sharing it.
     lim = limits(t)
@@ -165,8 +156,7 @@ def _state_tables(t: Trace, policy: str, at: str | int, capacity: str | float | 
         groups.setdefault(cap if source == "recorded_cap" else None, []).append(device)
     parts = []
     for cap, devices in groups.items():
-        tables = _core.state_at(t._inner, policy, str(at), None if cap is None else str(cap), False)[:4]
-        frames = [pl.DataFrame(x) for x in tables]
+        frames = list(_api.state_at(t, policy, str(at), cap, history=False)[:4])
         if len(groups) > 1:
             frames = [f.filter(pl.col("device").is_in(devices)) for f in frames]
         parts.append(frames)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from allocreplay import _core, _output
+from allocreplay import _api, _output
 from allocreplay.analysis import _frame_tables
 
 if TYPE_CHECKING:
@@ -59,10 +59,7 @@ def snapshot(trace: Trace, policy: str = "pytorch", *, capacity: str | float | N
     module's docstring). Addresses are the simulated allocator's; frames and times are the
     trace's. The history is computed in Rust; one dict per entry is then built here (about
     7 µs an entry: some 20 s for 3 million events)."""
-    from allocreplay.analysis import _capacity
-
-    _states, live_t, blocks_t, segs_t, hist_t = _core.state_at(trace._inner, policy, "end", _capacity(capacity), True)
-    live, blocks, segs, hist = pl.DataFrame(live_t), pl.DataFrame(blocks_t), pl.DataFrame(segs_t), pl.DataFrame(hist_t)
+    _states, live, blocks, segs, hist = _api.state_at(trace, policy, "end", capacity, history=True)
     stacks = _stack_frames(trace)
     empty: list[dict[str, Any]] = []
     pools = {p["index"]: tuple(p.get("id") or (0, 0)) for p in trace.metadata.get("pools", [])}

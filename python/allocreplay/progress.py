@@ -1,6 +1,6 @@
 """Progress bars on stderr for work Rust does with the GIL released.
 
-A replay counts the trace rows it has walked into an atomic counter (``_core.Progress``; the
+A replay counts the trace rows it has walked into an atomic counter (``_api.Progress``; the
 engine's hot loop bumps it every 16,384 rows: ``engine::PROGRESS_EVERY``); a thread here polls
 it five times a second and draws ``label [#####.....] 52% 1,234,567/2,345,678 events``. Only when
 stderr is a terminal, not with ``quiet``, and only once the work has taken a second (small
@@ -18,11 +18,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from allocreplay import _core, _output
+from allocreplay import _api, _output
 
 if TYPE_CHECKING:
-    from allocreplay._api import ReplayResult, Trace
-    from allocreplay._core import TraceInfo
+    from allocreplay._api import ReplayResult, Trace, TraceInfo
 
 __all__ = ["Bar", "replay", "replay_file"]
 
@@ -33,7 +32,7 @@ def _format_bar(label: str, done: int, total: int, width: int, unit: str = "even
     if total <= 0:
         return label
     frac = min(max(done / total, 0.0), 1.0)
-    counts = f"{_core.format_bytes(done)}/{_core.format_bytes(total)}" if unit == "bytes" else f"{done:,}/{total:,} {unit}"
+    counts = f"{_api.format_bytes(done)}/{_api.format_bytes(total)}" if unit == "bytes" else f"{done:,}/{total:,} {unit}"
     tail = f" {frac:4.0%} {counts}"
     room = max(10, min(40, width - len(label) - len(tail) - 4))
     filled = round(frac * room)
@@ -43,13 +42,13 @@ def _format_bar(label: str, done: int, total: int, width: int, unit: str = "even
 class Bar:
     """A progress line on ``stream`` (default stderr) while a block runs.
 
-    ``counter``: a ``_core.Progress`` the work fills (``done`` / ``total``); without one the line
+    ``counter``: an ``_api.Progress`` the work fills (``done`` / ``total``); without one the line
     shows the elapsed seconds. ``enabled=None``: only when the stream is a terminal."""
 
     def __init__(
         self,
         label: str,
-        counter: _core.Progress | None = None,
+        counter: _api.Progress | None = None,
         *,
         enabled: bool | None = None,
         stream: TextIO | None = None,
@@ -110,15 +109,12 @@ def replay(
     label: str | None = None,
 ) -> ReplayResult:
     """``allocreplay.replay`` with a progress bar (see the module's docstring)."""
-    from allocreplay._api import ReplayResult, _capacity_arg
-
-    counter = _core.Progress()
+    counter = _api.Progress()
     specs = list(policies)
     label = label or f"replaying under {len(specs)} polic{'y' if len(specs) == 1 else 'ies'}"
     with Bar(label, counter, enabled=False if quiet else None):
         # In a worker thread under the CLI, so that Ctrl-C stops it at once (_output.interruptible).
-        inner = _output.interruptible(_core.replay_progress, trace._inner, specs, counter, _capacity_arg(capacity), timeline_points, placements)
-    return ReplayResult(inner)
+        return _output.interruptible(_api.replay_counted, trace, specs, counter, capacity, timeline_points, placements)
 
 
 def replay_file(
@@ -130,28 +126,22 @@ def replay_file(
     placements: bool = True,
     quiet: bool = False,
 ) -> tuple[ReplayResult, TraceInfo]:
-    """``replay`` of an ``.arrow`` file streamed from its memory map (``_core.replay_file``),
+    """``replay`` of an ``.arrow`` file streamed from its memory map (``_api.replay_file_counted``),
     with a progress bar (the elapsed time while the file is checked, then the rows replayed);
     also the trace's info."""
-    from allocreplay._api import ReplayResult, _capacity_arg
-
-    counter = _core.Progress()
+    counter = _api.Progress()
     specs = list(policies)
     label = f"replaying {os.path.basename(path)} under {len(specs)} polic{'y' if len(specs) == 1 else 'ies'}"
     with Bar(label, counter, enabled=False if quiet else None):
-        inner, info = _output.interruptible(_core.replay_file, os.fspath(path), specs, counter, _capacity_arg(capacity), timeline_points, placements)
-    return ReplayResult(inner), info
+        return _output.interruptible(_api.replay_file_counted, path, specs, counter, capacity, timeline_points, placements)
 
 
 def load(path: str, meta: str | None = None, allocator: str | None = None, *, quiet: bool = False, lenient: bool = False) -> Trace:
     """``allocreplay.load`` with a progress bar: the bytes of the file read (decompressed) so
     far, then the elapsed time while the content is parsed."""
-    from allocreplay._api import Trace
-
     # A FIFO, a device, a socket: refused before the core opens it (a read that may never end).
     _output.check_input(path)
     _output.check_input(meta)
-    counter = _core.Progress()
+    counter = _api.Progress()
     with Bar(f"loading {os.path.basename(path)}", counter, enabled=False if quiet else None, unit="bytes"):
-        inner = _output.interruptible(_core.load_progress, os.fspath(path), counter, None if meta is None else os.fspath(meta), allocator, lenient)
-        return Trace(inner)
+        return _output.interruptible(_api.load_counted, path, counter, meta, allocator, lenient)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
-from allocreplay import _core, _output, analysis
+from allocreplay import _api, _output, analysis
 from allocreplay.errors import InternalError, InvalidArgumentError
 from allocreplay.plot import capacity_in_range
 
@@ -44,7 +44,7 @@ def _plotly() -> Any:
 
 
 def _gib(n: float | None) -> str:
-    return "-" if n is None else _core.format_bytes(int(n))
+    return "-" if n is None else _api.format_bytes(int(n))
 
 
 def _timeline_figure(go: Any, result: ReplayResult, title: str) -> Any:
@@ -397,7 +397,7 @@ Policies replayed: {html.escape(", ".join(result.summary["policy"].unique(mainta
 {breakdown_html}
 <h2>Charts</h2>
 {"".join(parts)}
-<p style="color:#777;font-size:12px">Written by allocreplay {_core.__version__}.</p>
+<p style="color:#777;font-size:12px">Written by allocreplay {_api.__version__}.</p>
 </body>
 </html>
 """

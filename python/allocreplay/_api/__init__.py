@@ -3,151 +3,35 @@
 The heavy lifting is in Rust (``allocreplay._core``); tables come across through the Arrow C
 stream interface, so Polars and pyarrow take the Rust buffers without copying them through
 Python objects.
+
+This package is the one door to the extension: no other module of ``allocreplay`` imports
+``allocreplay._core`` or reaches into the ``_inner`` of a :class:`Trace` (tests/test_architecture.py;
+docs/architecture.md). What the layers above need of the extension is here, typed: the public
+API (re-exported by ``allocreplay``), then the entries for the package's own modules (at the end:
+formatting, the policy registry, sweeps, states, progress counters).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
-from allocreplay import _core
-from allocreplay._core import BfcValidationReport, TraceInfo, ValidationReport
-from allocreplay.errors import AllocReplayError, InvalidArgumentError
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-
-class Trace:
-    """An allocation trace: one row per event (see ``traces/README.md`` for every column).
-
-    Get one with :func:`load`. ``events`` is a Polars DataFrame, ``metadata`` a dict,
-    ``frames`` / ``stacks`` Polars DataFrames, ``info()`` a :class:`TraceInfo`, ``to_arrow()`` a
-    pyarrow Table (schema metadata included), ``save(path)`` writes ``.arrow``.
-    """
-
-    __slots__ = ("__dict__", "_inner")
-
-    def __init__(self, inner: _core.Trace) -> None:
-        self._inner = inner
-
-    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
-        return self._inner.__arrow_c_stream__(requested_schema)
-
-    def __len__(self) -> int:
-        return len(self._inner)
-
-    def __repr__(self) -> str:
-        md = self.metadata
-        return f"<allocreplay.Trace {md.get('source')} from {md.get('source_path')!r}: {len(self)} events>"
-
-    @cached_property
-    def events(self) -> pl.DataFrame:
-        """The events as a Polars DataFrame (zero-copy from the Rust record batch)."""
-        return pl.DataFrame(self._inner)
-
-    @cached_property
-    def metadata(self) -> dict[str, Any]:
-        """Trace-level metadata: format_version, source, devices, pools, allocator_settings..."""
-        return self._inner.metadata
-
-    @cached_property
-    def frames(self) -> pl.DataFrame:
-        """Stack frames, one row each: ``frame_id``, ``filename``, ``line``, ``name``."""
-        return pl.DataFrame(self._inner.frames)
-
-    @classmethod
-    def from_events(
-        cls,
-        df: pl.DataFrame | pa.Table,
-        metadata: dict[str, Any] | None = None,
-        frames: dict[str, Any] | pl.DataFrame | None = None,
-        stacks: pl.DataFrame | None = None,
-        *,
-        lenient: bool = False,
-    ) -> Trace:
-        """A trace from a table of events, one row per event (see ``traces/README.md``).
-
-        Needed: ``action`` (names such as ``"alloc"``, or codes) and ``size``. Optional:
-        ``alloc_id`` (without it, frees are paired with the last ``alloc`` at their ``addr``),
-        ``addr``, ``stream``, ``device``, ``pool`` (0 by default), ``time_ns``, ``seed``
-        (false), ``stack_id``, and the optional columns of the format. ``metadata``: keys of the
-        trace metadata to set (``devices=[{"index": 0, "total_memory": ...}]``,
-        ``allocator_settings``...); ``frames`` and ``stacks``: the tables ``Trace.frames`` and
-        ``Trace.stacks`` (or one dict in the stored form: filename, line, name, stacks).
-        Checked as ``load`` checks an ``.arrow`` file (its columns, then its events: a double
-        free, a free before its alloc, a size that differs... are errors; ``lenient=True`` skips
-        such events as ``load(..., lenient=True)`` does); a problem raises
-        ``InvalidArgumentError``, ``SchemaError`` or ``TraceFormatError`` naming
-        ``<Trace.from_events>``. A float that is not a whole number is an error, never truncated.
-        """
-        from allocreplay._build import from_events
-
-        return from_events(df, metadata, frames, stacks, lenient)
-
-    @classmethod
-    def from_arrow(
-        cls,
-        table: Any,
-        metadata: dict[str, Any] | None = None,
-        frames: dict[str, Any] | pl.DataFrame | None = None,
-        stacks: pl.DataFrame | None = None,
-        *,
-        lenient: bool = False,
-    ) -> Trace:
-        """A trace from an Arrow table: one with a trace's schema metadata (``to_arrow()``)
-        as it is, any other through :meth:`from_events`; checked as ``load`` checks a file."""
-        from allocreplay._build import from_arrow
-
-        return from_arrow(table, metadata, frames, stacks, lenient)
-
-    @cached_property
-    def stacks(self) -> pl.DataFrame:
-        """Stacks, one row per frame: ``stack_id`` (the events' ``stack_id`` column), ``depth``
-        (0 the innermost frame) and ``frame_id`` (a row of :attr:`frames`)."""
-        return pl.DataFrame(self._inner.stacks)
-
-    def info(self) -> TraceInfo:
-        """Counts, recorded peaks and duration, one attribute each; ``info().to_dict()`` is
-        what ``allocreplay info --json`` prints."""
-        return self._inner.info()
-
-    def to_arrow(self) -> pa.Table:
-        """The events as a pyarrow Table, with the trace's schema metadata."""
-        import pyarrow as pa
-
-        return pa.RecordBatchReader.from_stream(self._inner).read_all()
-
-    def save(self, path: str | os.PathLike[str], *, device: int | None = None, metadata: dict[str, Any] | None = None) -> None:
-        """Writes the trace as an Arrow IPC file (``.arrow``), readable by :func:`load`;
-        atomically (a temporary file beside ``path``, flushed to disk and renamed once
-        complete). A symlink is followed (its target replaced, the link kept); a character
-        device or a FIFO is written through; ``-`` is stdout (see ``allocreplay._output``).
-
-        ``device``: keep only that device's events (and its entries of the metadata).
-        ``metadata``: keys to replace in the metadata (nested dicts merge key by key).
-        """
-        from allocreplay import _output
-
-        with _output.output_path(_output.target(path)) as tmp:
-            self._inner.save(tmp, device, metadata)
-            if metadata is not None and os.path.isfile(tmp):
-                # Replaced metadata is checked as load checks it, before the file takes the
-                # place of the target: a writer never leaves a file that load refuses.
-                try:
-                    _core.load(tmp)
-                except AllocReplayError as e:
-                    raise InvalidArgumentError(
-                        f"{os.fspath(path)}: not written: the metadata given to save() makes a trace load refuses: {str(e).replace(tmp, '<the trace>')}"
-                    ) from None
-
-    def ipc_bytes(self) -> bytes:
-        """The bytes :meth:`save` would write."""
-        return self._inner.ipc_bytes()
+from allocreplay import _core, _output
+from allocreplay._api._trace import ReplayResult as ReplayResult
+from allocreplay._api._trace import Trace as Trace
+from allocreplay._core import FORMAT_VERSION as FORMAT_VERSION
+from allocreplay._core import POLICY_NAMES as POLICY_NAMES
+from allocreplay._core import BfcValidationReport as BfcValidationReport
+from allocreplay._core import PolicyInfo as PolicyInfo
+from allocreplay._core import PolicyOption as PolicyOption
+from allocreplay._core import Progress as Progress
+from allocreplay._core import TraceInfo as TraceInfo
+from allocreplay._core import ValidationReport as ValidationReport
+from allocreplay._core import __version__ as __version__
+from allocreplay.errors import InvalidArgumentError
 
 
 def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = None, allocator: str | None = None, lenient: bool = False) -> Trace:
@@ -164,45 +48,9 @@ def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = 
     instead of raising :class:`~allocreplay.errors.TraceFormatError`; ``info()["lenient_skipped"]``
     says how many (docs/bad-inputs.md).
     """
-    from allocreplay._output import check_input
-
-    check_input(path)  # a FIFO, a device: refused, not read for ever
-    check_input(meta)
+    _output.check_input(path)  # a FIFO, a device: refused, not read for ever
+    _output.check_input(meta)
     return Trace(_core.load(os.fspath(path), None if meta is None else os.fspath(meta), allocator, lenient))
-
-
-class ReplayResult:
-    """What a replay produced, as Polars DataFrames built in Rust.
-
-    - ``summary``: one row per policy and device (peaks, device allocations, retries, OOMs...).
-    - ``timeline``: allocated/reserved bytes over the events, downsampled.
-    - ``segments``: the segments each policy holds at the end.
-    - ``placements``: where each request was placed.
-    """
-
-    __slots__ = ("__dict__", "_inner")
-
-    def __init__(self, inner: _core.ReplayResult) -> None:
-        self._inner = inner
-
-    @cached_property
-    def summary(self) -> pl.DataFrame:
-        return pl.DataFrame(self._inner.summary)
-
-    @cached_property
-    def timeline(self) -> pl.DataFrame:
-        return pl.DataFrame(self._inner.timeline)
-
-    @cached_property
-    def segments(self) -> pl.DataFrame:
-        return pl.DataFrame(self._inner.segments)
-
-    @cached_property
-    def placements(self) -> pl.DataFrame:
-        return pl.DataFrame(self._inner.placements)
-
-    def __repr__(self) -> str:
-        return f"<allocreplay.ReplayResult\n{self.summary}>"
 
 
 def _capacity_arg(capacity: str | float | None) -> str | None:
@@ -264,8 +112,8 @@ def replay(
     if isinstance(timeline_points, bool) or not isinstance(timeline_points, int) or not 0 <= timeline_points < 2**32:
         raise InvalidArgumentError(f"timeline_points must be an integer from 0 to 2^32 - 1, got {timeline_points!r}")
     if not isinstance(trace, Trace) and _streams(trace, specs):
-        streamed, _info = _core.replay_file(os.fspath(trace), specs, None, _capacity_arg(capacity), timeline_points, placements)
-        return ReplayResult(streamed)
+        streamed, _info = replay_file_counted(trace, specs, None, capacity, timeline_points, placements)
+        return streamed
     if not isinstance(trace, Trace):
         trace = load(trace)
     inner = _core.replay(trace._inner, specs, _capacity_arg(capacity), timeline_points, placements)
@@ -351,3 +199,75 @@ def xla_runtime(dump_dir: str | os.PathLike[str], program: str | None = None, ca
     (freed when the call ends) — as a trace to replay under ``jax`` / ``bfc`` policies.
     ``program``: a substring of the program's name (default: the largest temp arena)."""
     return Trace(_core.xla_runtime_trace(os.fspath(dump_dir), program, calls))
+
+
+# ---- For the package's own modules: the extension's other entries, behind typed functions ----
+
+
+def format_bytes(n: int) -> str:
+    """``1.50 GiB``, ``512.00 MiB``, ``96 B``: binary units, two decimals (the core's)."""
+    return _core.format_bytes(n)
+
+
+def policies() -> list[PolicyInfo]:
+    """Every policy of the registry, with its options (``allocreplay policies``)."""
+    return _core.policies()
+
+
+def policy_env(spec: str) -> str:
+    """The environment text that sets a policy spec's options (``PYTORCH_CUDA_ALLOC_CONF=...``;
+    empty for the defaults). A bad spec raises ``PolicySpecError``."""
+    return _core.policy_env(spec)
+
+
+def info_file(path: str | os.PathLike[str]) -> tuple[TraceInfo, dict[str, Any]]:
+    """An ``.arrow`` file's info and metadata, counted in one pass over its memory map."""
+    return _core.info_file(path)
+
+
+def tile_file(trace: Trace, n: int, path: str | os.PathLike[str]) -> int:
+    """Writes ``trace`` repeated ``n`` times to ``path`` batch by batch; the events written."""
+    return _core.tile_file(trace._inner, n, path)
+
+
+def trace_from_table(table: object, origin: str, lenient: bool = False) -> Trace:
+    """A trace from an Arrow table with a trace's schema and metadata, checked as a load is;
+    ``origin`` names it in messages."""
+    return Trace(_core.trace_from_arrow(table, origin, lenient))
+
+
+def sweep(traces: Sequence[Trace], specs: Sequence[str], capacity: str | None, threads: int) -> pl.DataFrame:
+    """Every trace replayed under every spec (``tune``'s sweep: all cores, GIL released), one
+    row per (setting, trace, device); ``setting`` indexes ``specs``."""
+    return pl.DataFrame(_core.sweep([t._inner for t in traces], list(specs), capacity, threads))
+
+
+State = tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]
+
+
+def state_at(trace: Trace, policy: str, at: str, capacity: str | float | None, history: bool) -> State:
+    """The core's ``analysis::state_at``: a policy's state right after the event ``at``
+    (``peak``, ``peak_allocated``, ``oom``, ``end`` or an index), as the five tables summary,
+    live, blocks, segments and history (empty unless ``history``)."""
+    s, live, blocks, segs, hist = _core.state_at(trace._inner, policy, at, _capacity_arg(capacity), history)
+    return pl.DataFrame(s), pl.DataFrame(live), pl.DataFrame(blocks), pl.DataFrame(segs), pl.DataFrame(hist)
+
+
+def replay_counted(trace: Trace, specs: Sequence[str], counter: Progress, capacity: str | float | None, timeline_points: int, placements: bool) -> ReplayResult:
+    """:func:`replay` of a loaded trace counting the rows walked into ``counter`` (a progress bar's)."""
+    return ReplayResult(_core.replay_progress(trace._inner, list(specs), counter, _capacity_arg(capacity), timeline_points, placements))
+
+
+def replay_file_counted(
+    path: str | os.PathLike[str], specs: Sequence[str], counter: Progress | None, capacity: str | float | None, timeline_points: int, placements: bool
+) -> tuple[ReplayResult, TraceInfo]:
+    """:func:`replay` of an ``.arrow`` file streamed from its memory map (rows counted into
+    ``counter``), and the trace's info."""
+    inner, info = _core.replay_file(os.fspath(path), list(specs), counter, _capacity_arg(capacity), timeline_points, placements)
+    return ReplayResult(inner), info
+
+
+def load_counted(path: str | os.PathLike[str], counter: Progress, meta: str | os.PathLike[str] | None, allocator: str | None, lenient: bool) -> Trace:
+    """:func:`load` counting the bytes of the file read into ``counter`` (the caller checks the
+    inputs)."""
+    return Trace(_core.load_progress(os.fspath(path), counter, None if meta is None else os.fspath(meta), allocator, lenient))

@@ -16,8 +16,6 @@ from allocreplay.errors import InvalidArgumentError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from allocreplay._api import Trace
-
 # traces/README.md, "Actions": codes are the positions in this list.
 ACTIONS = ["alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "snapshot"]
 _REQUESTS = ("alloc", "free_requested", "free_completed")
@@ -163,17 +161,16 @@ def frame_table_dict(frames: pl.DataFrame, stacks: pl.DataFrame) -> dict[str, li
     return {"filename": frames["filename"].to_list(), "line": frames["line"].to_list(), "name": frames["name"].to_list(), "stacks": stack_lists}
 
 
-def from_events(
+def inner_from_events(
     df: pl.DataFrame | pa.Table,
     metadata: Mapping[str, Any] | None = None,
     frames: Mapping[str, Any] | pl.DataFrame | None = None,
     stacks: pl.DataFrame | None = None,
     lenient: bool = False,
-) -> Trace:
-    from allocreplay._api import Trace
-
+) -> _core.Trace:
+    """The extension's trace of ``Trace.from_events`` (which wraps it)."""
     # Checked in Rust as every load is (the columns, then the events: `trace::check`).
-    return Trace(_core.trace_from_arrow(to_table(df, metadata, frames, stacks), ORIGIN, lenient))
+    return _core.trace_from_arrow(to_table(df, metadata, frames, stacks), ORIGIN, lenient)
 
 
 def to_table(
@@ -183,7 +180,7 @@ def to_table(
     stacks: pl.DataFrame | None = None,
 ) -> pa.Table:
     """The Arrow table of a trace (canonical schema and schema metadata) that
-    :func:`from_events` checks, before any check of its events: what an ``.arrow`` file of
+    :func:`inner_from_events` checks, before any check of its events: what an ``.arrow`` file of
     these events holds."""
     if isinstance(frames, pl.DataFrame):
         if stacks is None:
@@ -209,22 +206,21 @@ def to_table(
     return table.cast(pa.schema(fields, metadata=schema_md))
 
 
-def from_arrow(
+def inner_from_arrow(
     table: Any,
     metadata: Mapping[str, Any] | None = None,
     frames: Mapping[str, Any] | pl.DataFrame | None = None,
     stacks: pl.DataFrame | None = None,
     lenient: bool = False,
-) -> Trace:
-    """A table that already is a trace (``Trace.to_arrow()``, ``pyarrow.ipc`` read of an
-    ``.arrow`` file: its schema metadata says so) is taken as it is; any other Arrow table
-    goes through :func:`from_events`."""
+) -> _core.Trace:
+    """The extension's trace of ``Trace.from_arrow`` (which wraps it): a table that already is
+    a trace (``Trace.to_arrow()``, ``pyarrow.ipc`` read of an ``.arrow`` file: its schema
+    metadata says so) is taken as it is; any other Arrow table goes through
+    :func:`inner_from_events`."""
     import pyarrow as pa
-
-    from allocreplay._api import Trace
 
     if not isinstance(table, pa.Table):
         table = pa.table(table)
     if metadata is None and frames is None and b"allocreplay.format_version" in (table.schema.metadata or {}):
-        return Trace(_core.trace_from_arrow(table, "<Trace.from_arrow>", lenient))
-    return from_events(pl.DataFrame(table), metadata, frames, stacks, lenient)
+        return _core.trace_from_arrow(table, "<Trace.from_arrow>", lenient)
+    return inner_from_events(pl.DataFrame(table), metadata, frames, stacks, lenient)

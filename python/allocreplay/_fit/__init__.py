@@ -23,7 +23,7 @@ from typing import Any
 
 import polars as pl
 
-from allocreplay import _core
+from allocreplay import _api
 from allocreplay._fit._candidates import Candidate, Capturer, default_cache_dir, substitute
 from allocreplay._fit._search import Axis, Search, monotonicity_breaks, parse_values, parse_vary
 from allocreplay.errors import InvalidArgumentError
@@ -48,23 +48,23 @@ def usable_capacity(device: str | None, capacity: str | int | None) -> tuple[int
     except ValueError as e:
         raise InvalidArgumentError(str(e).replace("--device-memory", "--device")) from None
     if capacity is not None:
-        c = _core.parse_capacity(str(capacity))
+        c = _api.parse_capacity(str(capacity))
         if isinstance(c, float):
             total = _nogpu.parse_device(key)[1]
             c = int(total * c)
-        return int(c), key, f"--capacity {_core.format_bytes(int(c))}"
+        return int(c), key, f"--capacity {_api.format_bytes(int(c))}"
     dev = _catalogue(key)
     if dev is not None:
         return (
             dev.usable_bytes,
             key,
-            f"{dev.name}: {_core.format_bytes(dev.total_bytes)} less {_core.format_bytes(dev.context_bytes)} for the CUDA context and libraries "
+            f"{dev.name}: {_api.format_bytes(dev.total_bytes)} less {_api.format_bytes(dev.context_bytes)} for the CUDA context and libraries "
             + ("(measured on an H200)" if dev.key == "h200" else "(the H200's measurement, as an estimate: `allocreplay devices` says why)"),
         )
     _, total, _, _ = _nogpu.parse_device(key)
     from allocreplay.capture._devices import H200_CONTEXT_BYTES as ctx
 
-    return total - ctx, key, f"{_core.format_bytes(total)} less {_core.format_bytes(ctx)} for the CUDA context and libraries (measured on an H200)"
+    return total - ctx, key, f"{_api.format_bytes(total)} less {_api.format_bytes(ctx)} for the CUDA context and libraries (measured on an H200)"
 
 
 def _catalogue(key: str) -> Any:
@@ -139,7 +139,7 @@ def _label(spec: str) -> str:
         return "defaults"
     if spec == TUNED:
         return "tuned"
-    env = _core.policy_env(spec)
+    env = _api.policy_env(spec)
     return env or spec
 
 
@@ -177,7 +177,7 @@ def _row(cand: Candidate, setting: str, spec: str, r: Mapping[str, Any], capacit
         **cand.values,
         "setting": setting,
         "policy": spec,
-        "env": _core.policy_env(spec) if error is None or setting != TUNED else "",
+        "env": _api.policy_env(spec) if error is None or setting != TUNED else "",
         "fits": fits,
         "peak_reserved_bytes": peak,
         "peak_allocated_bytes": r.get("peak_allocated_bytes"),
@@ -242,7 +242,7 @@ def fit(
     for spec in settings:
         if spec.split(":", 1)[0] != "pytorch":
             raise InvalidArgumentError(f"--setting {spec!r}: fit replays PyTorch captures; give a pytorch:... spec (pytorch:expandable_segments:True)")
-        _core.policy_env(spec)  # a bad option fails here, before any capture
+        _api.policy_env(spec)  # a bad option fails here, before any capture
     specs = [DEFAULTS, *[s for s in dict.fromkeys(settings) if s != DEFAULTS]]
     labels = specs + ([TUNED] if tune else [])
     capturer = Capturer(command, env or {}, device=dev_key, gpu=gpu, unknown_values=unknown_values, cache_dir=cache_dir, use_cache=use_cache, cwd=cwd)
@@ -292,7 +292,7 @@ def fit(
 
 
 def _gib(n: int | None) -> str:
-    return "-" if n is None else _core.format_bytes(int(n))
+    return "-" if n is None else _api.format_bytes(int(n))
 
 
 def _axes(vary: Mapping[str, tuple[int, int] | Sequence[int]] | Sequence[str], values: Sequence[int] | None, step: int | None) -> list[Axis]:
@@ -329,7 +329,7 @@ def _result(axes: list[Axis], labels: list[str], specs: list[str], search: Searc
         frontier_rows.append({**dict(zip(names[:-1], outer)), "setting": setting, "largest": ok, "first_failing": fail})
     frontier = pl.DataFrame(frontier_rows, infer_schema_length=None)
     # The tuned setting at the answer: what to paste.
-    settings_env: dict[str, str] = {s: (_core.policy_env(s) if s != TUNED else "") for s in labels}
+    settings_env: dict[str, str] = {s: (_api.policy_env(s) if s != TUNED else "") for s in labels}
     largest: dict[str, int | None] = {}
     if len(axes) == 1:
         for _outer, setting, ok, _fail in search.answers():
@@ -365,7 +365,7 @@ def _answer(axes: list[Axis], labels: list[str], search: Search, table: pl.DataF
     names = [a.name for a in axes]
     inner = axes[-1]
     # --capacity is a limit the user chose; otherwise the device's usable memory.
-    where = f"{dev_key} at {_core.format_bytes(cap)}" if how.startswith("--capacity") else f"{dev_key} ({_core.format_bytes(cap)} usable)"
+    where = f"{dev_key} at {_api.format_bytes(cap)}" if how.startswith("--capacity") else f"{dev_key} ({_api.format_bytes(cap)} usable)"
     lines = []
     by_outer: dict[tuple[int, ...], list[tuple[str, int | None, int | None]]] = {}
     for outer, setting, ok, fail in search.answers():
@@ -385,7 +385,7 @@ def _answer(axes: list[Axis], labels: list[str], search: Search, table: pl.DataF
                 env = _tuned_env(table, names, {**dict(zip(names[:-1], outer)), inner.name: ok}) if ok is not None else ""
                 who = f"{env} (the best setting tune found)" if env else "the best setting tune found (the defaults)"
             else:
-                who = _core.policy_env(setting) or setting
+                who = _api.policy_env(setting) or setting
             parts.append(f"{value} with {who}")
         at = "" if not outer else " at " + ", ".join(f"{n}={v}" for n, v in zip(names[:-1], outer))
         lines.append(f"largest {inner.name}{at} that fits on {where}: " + "; ".join(parts))

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocreplay import _core
+from allocreplay import _api
 from allocreplay.errors import CaptureError, InvalidArgumentError
 
 __all__ = ["Candidate", "Capturer", "default_cache_dir", "substitute"]
@@ -163,9 +163,9 @@ class Capturer:
             "env": env,
             "cwd": self.cwd,
             "torch": self._torch,
-            "allocreplay": _core.__version__,
+            "allocreplay": _api.__version__,
             "capture_code": _capture_code(),
-            "format": _core.FORMAT_VERSION,
+            "format": _api.FORMAT_VERSION,
             "device": self.device,
             "gpu": self.gpu,
             "unknown_values": self.unknown_values,

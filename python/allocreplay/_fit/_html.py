@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from allocreplay import _core, _output
+from allocreplay import _api, _output
 
 if TYPE_CHECKING:
     from allocreplay._fit import FitResult
@@ -48,7 +48,7 @@ def build_html(result: FitResult, *, title: str) -> str:
             y=result.capacity_bytes / GIB,
             line_dash="dash",
             line_color="crimson",
-            annotation_text=f"{result.device}: {_core.format_bytes(result.capacity_bytes)}",
+            annotation_text=f"{result.device}: {_api.format_bytes(result.capacity_bytes)}",
         )
         at = ", ".join(f"{n}={v}" for n, v in zip(names[:-1], outer))
         fig.update_layout(
@@ -86,7 +86,7 @@ def build_html(result: FitResult, *, title: str) -> str:
         )
         for b in result.breakdown.iter_rows(named=True):
             parts.append(
-                f"<tr><td>{html.escape(str(b['category']))}</td><td>{_core.format_bytes(int(b['bytes']))}</td><td>{html.escape(str(b.get('how_tagged') or ''))}</td></tr>"
+                f"<tr><td>{html.escape(str(b['category']))}</td><td>{_api.format_bytes(int(b['bytes']))}</td><td>{html.escape(str(b.get('how_tagged') or ''))}</td></tr>"
             )
         parts.append("</table>")
     parts.append("</body></html>")

@@ -14,8 +14,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from allocreplay._api import Trace, load
-from allocreplay._core import TraceInfo, format_bytes
+from allocreplay._api import Trace, TraceInfo, format_bytes, load
 from allocreplay.errors import AllocReplayError
 
 

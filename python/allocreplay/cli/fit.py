@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from allocreplay import _core
+from allocreplay import _api
+from allocreplay.cli._common import gib, table
 
 if TYPE_CHECKING:
     from allocreplay._fit import FitResult
@@ -21,19 +22,6 @@ Examples:
   allocreplay fit --capacity 24GiB --vary seq_len=128:16384 --step 128 -- python train.py --seq {seq_len}
   allocreplay fit --device h100-80gb --vary seq_len=1024,2048,4096 --vary batch_size=1:256 -- python train.py --seq {seq_len} --bs {batch_size}
 """
-
-
-def _gib(n: int | None) -> str:
-    return "-" if n is None else _core.format_bytes(int(n))
-
-
-def _table(rows: list[list[str]], header: list[str], left: set[int]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def fmt(r: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)])
 
 
 def _short(label: str) -> str:
@@ -49,7 +37,7 @@ def _candidates_table(result: FitResult) -> str:
     heads = {"pytorch": "defaults", "tuned": "tune's best"}
     header = [*names]
     for s in settings:
-        header.append(heads.get(s) or _short(_core.policy_env(s) or s))
+        header.append(heads.get(s) or _short(_api.policy_env(s) or s))
     header += ["retries", "peak allocated", "capture"]
     rows = []
     for point, g in t.group_by(names, maintain_order=True):
@@ -62,13 +50,13 @@ def _candidates_table(result: FitResult) -> str:
             elif r["error"]:
                 row.append("error")
             else:
-                row.append(f"{_gib(r['peak_reserved_bytes'])} {'fits' if r['fits'] else 'OOM'}")
+                row.append(f"{gib(r['peak_reserved_bytes'])} {'fits' if r['fits'] else 'OOM'}")
         d = by.get("pytorch") or next(iter(by.values()))
         row.append("-" if d["num_alloc_retries"] is None else f"{d['num_alloc_retries']:,}")
-        row.append(_gib(d["peak_allocated_bytes"]))
+        row.append(gib(d["peak_allocated_bytes"]))
         row.append("cached" if d["cached"] else f"{d['capture_seconds']:.1f} s")
         rows.append(row)
-    return _table(rows, header, set())
+    return table(rows, header, text_columns=())
 
 
 def _env_pair(text: str) -> tuple[str, str]:
@@ -247,7 +235,7 @@ def fit_cmd(
         click.echo(json.dumps(result.to_dict()))
         return
     click.echo(result.answer)
-    click.echo(f"limit: {result.capacity_bytes:,} bytes ({_gib(result.capacity_bytes)}): {result.capacity_how}")
+    click.echo(f"limit: {result.capacity_bytes:,} bytes ({gib(result.capacity_bytes)}): {result.capacity_how}")
     t = result.table
     if len(t):
         click.echo("")
@@ -258,14 +246,14 @@ def fit_cmd(
         b = result.breakdown
         total = int(b["bytes"].sum())
         click.echo(
-            f"why {at} does not fit with the defaults: at its peak, replayed without a limit, it reserves {_gib(total)} "
-            f"against the limit of {_gib(result.capacity_bytes)}; by category:"
+            f"why {at} does not fit with the defaults: at its peak, replayed without a limit, it reserves {gib(total)} "
+            f"against the limit of {gib(result.capacity_bytes)}; by category:"
         )
         rows = [
-            [str(r["category"]), _gib(r["bytes"]), "-" if r.get("share") is None else f"{r['share']:.1%}", str(r.get("how_tagged") or "")]
+            [str(r["category"]), gib(r["bytes"]), "-" if r.get("share") is None else f"{r['share']:.1%}", str(r.get("how_tagged") or "")]
             for r in b.iter_rows(named=True)
         ]
-        click.echo(_table(rows, ["category", "bytes", "share", "how tagged"], {0, 3}))
+        click.echo(table(rows, ["category", "bytes", "share", "how tagged"], text_columns=(0, 3)))
     for brk in result.monotonicity_breaks:
         lo = ", ".join(f"{k}={v}" for k, v in brk["does_not_fit"].items())
         hi = ", ".join(f"{k}={v}" for k, v in brk["fits"].items())
