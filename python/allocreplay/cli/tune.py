@@ -11,6 +11,7 @@ import click
 
 from allocreplay import analysis
 from allocreplay._api import Trace
+from allocreplay._tune import BACKENDS, FRAMEWORKS, OBJECTIVES, framework_of, grid_size, search_space, tune
 from allocreplay.cli._common import CAPACITY_SOURCES, check_capacity, count, gib, load_trace, table
 from allocreplay.cli._options import fit_in_capacity_option, meta_option
 
@@ -40,16 +41,8 @@ class _Bar:
 @click.command("tune")
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
 @fit_in_capacity_option
-@click.option(
-    "--framework", type=click.Choice(["pytorch", "tf", "jax"]), help="Whose settings to search; default: the framework that recorded the first trace."
-)
-@click.option(
-    "--objective",
-    type=click.Choice(["peak_reserved", "device_calls", "retries"]),
-    default="peak_reserved",
-    show_default=True,
-    help="What to minimise among the settings that fit.",
-)
+@click.option("--framework", type=click.Choice(FRAMEWORKS), help="Whose settings to search; default: the framework that recorded the first trace.")
+@click.option("--objective", type=click.Choice(OBJECTIVES), default="peak_reserved", show_default=True, help="What to minimise among the settings that fit.")
 @click.option(
     "--budget",
     type=click.IntRange(min=1, max=2**32 - 1),
@@ -61,7 +54,7 @@ class _Bar:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random sample.")
 @click.option(
     "--backend",
-    type=click.Choice(["local", "ray"]),
+    type=click.Choice(BACKENDS),
     default="local",
     show_default=True,
     help="local: all cores here; ray: a Ray cluster (pip install 'allocreplay[ray]').",
@@ -88,8 +81,6 @@ def tune_cmd(
     """Find the allocator settings that make TRACE... fit in --capacity (on every trace), with
     the least memory and fewest device calls, and print them as the text to paste
     (PYTORCH_CUDA_ALLOC_CONF=..., TF_FORCE_GPU_ALLOW_GROWTH=..., XLA_PYTHON_CLIENT_...)."""
-    from allocreplay._tune import framework_of, grid_size, search_space, tune
-
     check_capacity(capacity)
     loaded = [load_trace(t, meta) for t in traces]
     fw = framework or framework_of(loaded[0], traces[0])
