@@ -16,7 +16,7 @@ use allocreplay_core::engine::{replay_device, ReplayOptions};
 use allocreplay_core::import::compression::decompress;
 use allocreplay_core::import::xplane::import_xplane;
 use allocreplay_core::import::ImportOptions;
-use allocreplay_core::policy::{self, PolicyContext};
+use allocreplay_core::policy::PolicyContext;
 use allocreplay_core::trace::{EventRow, FrameTable, TraceBuilder};
 use allocreplay_core::{Action, Trace};
 
@@ -91,7 +91,7 @@ fn main() {
         let ctx = PolicyContext { metadata: &big.metadata, device: info, capacity: None };
         let ropts = ReplayOptions { capacity: info.and_then(|d| d.total_memory), ..Default::default() };
         let (secs, r) = best_of(3, || {
-            let mut p = policy::build(spec, &ctx).unwrap();
+            let mut p = allocreplay_core::registry::build(spec, &ctx).unwrap();
             replay_device(&big, 0, p.as_mut(), &ropts)
         });
         assert!(r.first_oom.is_none());

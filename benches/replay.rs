@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use allocreplay_core::engine::{replay_device, ReplayOptions};
 use allocreplay_core::import::{load, ImportOptions};
-use allocreplay_core::policy::{build, PolicyContext};
+use allocreplay_core::policy::PolicyContext;
+use allocreplay_core::registry::build;
 
 fn main() {
     let path = std::env::args().skip(1).find(|a| !a.starts_with('-')).map(PathBuf::from).unwrap_or_else(|| {

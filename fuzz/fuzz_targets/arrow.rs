@@ -2,7 +2,8 @@
 #![no_main]
 use std::path::Path;
 
-use allocreplay_core::policy::{build, PolicyContext};
+use allocreplay_core::policy::PolicyContext;
+use allocreplay_core::registry::build;
 use allocreplay_core::trace::check::check_trace;
 use allocreplay_core::trace::read_arrow_bytes;
 use libfuzzer_sys::fuzz_target;

@@ -1,8 +1,8 @@
 //! The `bfc:allow_growth=true` policy on random request streams, its invariants checked at every step
-//! (`policy::invariants::run_checked`): no overlapping live blocks, allocated <= reserved <=
+//! (`registry::invariants::run_checked`): no overlapping live blocks, allocated <= reserved <=
 //! capacity, failed requests change nothing, all freed -> allocated 0.
 #![no_main]
-use allocreplay_core::policy::invariants::{ops_from_bytes, run_checked};
+use allocreplay_core::registry::invariants::{ops_from_bytes, run_checked};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -4,7 +4,8 @@
 //! `cargo run -p allocreplay-core --example cuda_async_table [SPEC]`.
 use allocreplay_core::engine::{replay_device, ReplayOptions};
 use allocreplay_core::import::{load, ImportOptions};
-use allocreplay_core::policy::{build, PolicyContext};
+use allocreplay_core::policy::PolicyContext;
+use allocreplay_core::registry::build;
 use std::path::PathBuf;
 
 fn main() {

@@ -5,13 +5,17 @@
 #![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod analysis;
+pub mod device;
 pub mod engine;
 pub mod error;
 pub mod export;
 mod huge_pages;
 pub mod import;
+mod magic;
 pub mod offline;
 pub mod policy;
+mod prefault;
+pub mod registry;
 pub mod replay;
 pub mod trace;
 pub mod tune;

@@ -8,9 +8,10 @@ use arrow_array::builder::{Float64Builder, Int32Builder, Int64Builder, StringBui
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 
-use crate::engine::{replay_device_hooked, DeviceReplay, DeviceReplayer, FirstOom, Hooks, ReplayOptions};
+use crate::engine::{replay_device_hooked, BoxedPolicy, DeviceReplay, DeviceReplayer, DrivenPolicy, FirstOom, Hooks, ReplayOptions};
 use crate::error::{Error, Result};
-use crate::policy::{self, Policy, PolicyContext};
+use crate::policy::{self, PolicyContext};
+use crate::registry;
 use crate::trace::{Action, MappedTrace, Trace, TraceMetadata};
 use crate::units::Capacity;
 
@@ -102,7 +103,7 @@ pub fn metadata_limit(
 ) -> Result<(Option<u64>, Option<u64>, CapacitySource)> {
     let info = metadata.device(device);
     if let Some(c) = explicit {
-        let cap = c.resolve(info)?;
+        let cap = c.resolve(info.map(|i| i.index), info.and_then(|i| i.total_memory))?;
         return Ok((Some(cap), Some(cap), CapacitySource::Explicit));
     }
     let pytorch = metadata.source == "pytorch";
@@ -118,11 +119,11 @@ pub fn metadata_limit(
 
 /// Replays `trace` under every policy of `req` with the policies of the registry.
 pub fn replay(trace: &Trace, req: &ReplayRequest) -> Result<Vec<Run>> {
-    replay_with(trace, req, &|spec, ctx| policy::build(spec, ctx))
+    replay_with(trace, req, &|spec, ctx| registry::build(spec, ctx))
 }
 
 /// Builds a policy for one spec and device (the registry, or a test factory).
-pub type PolicyFactory = dyn Fn(&str, &PolicyContext) -> Result<Box<dyn Policy>> + Sync;
+pub type PolicyFactory = dyn Fn(&str, &PolicyContext) -> Result<BoxedPolicy> + Sync;
 
 /// One (policy, device) to replay: the capacity given (`explicit`), the device's limit, and
 /// why the policy cannot run there, if it cannot.
@@ -197,7 +198,7 @@ impl<'a> Source<'a> {
     }
 
     /// One (policy, device) replay.
-    fn replay(self, device: i32, policy: &mut dyn Policy, opts: &ReplayOptions, hooks: &mut Hooks<'_>) -> Result<DeviceReplay> {
+    fn replay(self, device: i32, policy: &mut dyn DrivenPolicy, opts: &ReplayOptions, hooks: &mut Hooks<'_>) -> Result<DeviceReplay> {
         match self {
             Source::Memory(t) => Ok(replay_device_hooked(t, device, policy, opts, hooks)),
             Source::Mapped(t) => {
@@ -350,7 +351,7 @@ pub(crate) fn failed_run(spec: &str, device: i32, capacity: Option<u64>, error: 
 /// policies). `None` for any other spec (the factory builds, or rejects, those).
 fn offline_alignment(spec: &str) -> Result<Option<u64>> {
     let (name, options) = policy::spec::split_spec(spec);
-    match policy::REGISTRY.iter().find(|e| e.name == name) {
+    match registry::REGISTRY.iter().find(|e| e.name == name) {
         Some(entry) if matches!(entry.kind, policy::PolicyKind::OfflineBound) => policy::bounds::alignment(entry, options).map(Some),
         _ => Ok(None),
     }
@@ -391,7 +392,7 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
         allocated: o.live_before,
         reserved: o.live_before,
     });
-    let stats = crate::engine::stats::Stats {
+    let stats = crate::device::Stats {
         peak_allocated: ideal_peak,
         peak_reserved: peak,
         num_ooms: u64::from(first_oom.is_some()),
@@ -595,9 +596,9 @@ pub fn placements_batch(runs: &[Run]) -> RecordBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::device::DeviceMemory;
-    use crate::engine::stats::Stats;
-    use crate::policy::{OutOfMemory, Placement, Request, SegmentInfo};
+    use crate::device::DeviceMemory;
+    use crate::device::Stats;
+    use crate::policy::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
     use crate::trace::{Action, DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Int32Type, UInt64Type};
@@ -647,7 +648,7 @@ mod tests {
         }
     }
 
-    fn factory(spec: &str, _ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
+    fn factory(spec: &str, _ctx: &PolicyContext) -> Result<BoxedPolicy> {
         match spec {
             "one_per_request" => Ok(Box::new(OnePerRequest { stats: Stats::default(), live: HashMap::new() })),
             other => Err(Error::PolicySpec(format!("unknown policy '{other}'"))),
@@ -779,7 +780,7 @@ mod tests {
     fn a_policy_that_needs_unrecorded_memory_fails_in_its_own_row() {
         // `needs_memory` builds only when the device's total memory is known; tiny_trace(None)
         // records none, so its rows carry the reason and the other policy's rows are replayed.
-        let needs_memory = |spec: &str, ctx: &PolicyContext| -> Result<Box<dyn Policy>> {
+        let needs_memory = |spec: &str, ctx: &PolicyContext| -> Result<BoxedPolicy> {
             match spec {
                 "needs_memory" if ctx.device.and_then(|d| d.total_memory).is_none() => {
                     Err(Error::PolicySpec("needs_memory: the trace does not record the device's memory".into()))
@@ -856,7 +857,7 @@ mod tests {
         // (the bindings report it as an internal error), not as "a scoped thread panicked".
         let t = tiny_trace(None);
         let req = ReplayRequest { policies: vec!["panics".into()], threads: 2, ..Default::default() };
-        let panicking = |_: &str, _: &PolicyContext| -> Result<Box<dyn Policy>> { Ok(Box::new(PanicsOnMalloc(Stats::default()))) };
+        let panicking = |_: &str, _: &PolicyContext| -> Result<BoxedPolicy> { Ok(Box::new(PanicsOnMalloc(Stats::default()))) };
         let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| replay_with(&t, &req, &panicking))).unwrap_err();
         let message = payload.downcast_ref::<&str>().map(|m| m.to_string()).or_else(|| payload.downcast_ref::<String>().cloned());
         assert_eq!(message.as_deref(), Some("the test policy's own message"));

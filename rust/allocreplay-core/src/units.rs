@@ -1,7 +1,6 @@
 //! Byte sizes as users write them (`--capacity 80GiB`, `16GB`, `0.5`) and as we print them.
 
 use crate::error::{Error, Result};
-use crate::trace::DeviceInfo;
 
 /// A device capacity as given on the command line: bytes, or a fraction of the device's total
 /// memory (resolved per device, from the trace's metadata).
@@ -98,15 +97,16 @@ fn check_capacity(bytes: u64) -> std::result::Result<u64, String> {
 }
 
 impl Capacity {
-    /// Bytes for one device; a fraction needs the device's total memory from the metadata.
-    pub fn resolve(self, device: Option<&DeviceInfo>) -> Result<u64> {
+    /// Bytes for one device (`index`, when known); a fraction needs the device's total memory
+    /// (`total_memory`, from the trace's metadata).
+    pub fn resolve(self, index: Option<i32>, total_memory: Option<u64>) -> Result<u64> {
         match self {
             Capacity::Bytes(b) => Ok(b),
-            Capacity::Fraction(f) => match device.and_then(|d| d.total_memory) {
+            Capacity::Fraction(f) => match total_memory {
                 Some(total) => Ok(((total as f64) * f).floor() as u64),
                 None => Err(Error::InvalidArgument(format!(
                     "capacity {f} is a fraction of the device's memory, but the trace does not record the total memory of device {}; give bytes (e.g. 80GiB) or import the trace with --meta",
-                    device.map_or("?".to_string(), |d| d.index.to_string())
+                    index.map_or("?".to_string(), |i| i.to_string())
                 ))),
             },
         }
@@ -162,11 +162,9 @@ mod tests {
 
     #[test]
     fn fraction_needs_total_memory() {
-        let h200 = DeviceInfo { index: 0, total_memory: Some(150_109_880_320), ..Default::default() };
-        assert_eq!(Capacity::Fraction(0.5).resolve(Some(&h200)).unwrap(), 75_054_940_160);
-        let unknown = DeviceInfo { index: 0, ..Default::default() };
-        assert!(Capacity::Fraction(0.5).resolve(Some(&unknown)).is_err());
-        assert_eq!(Capacity::Bytes(7).resolve(None).unwrap(), 7);
+        assert_eq!(Capacity::Fraction(0.5).resolve(Some(0), Some(150_109_880_320)).unwrap(), 75_054_940_160);
+        assert!(Capacity::Fraction(0.5).resolve(Some(0), None).is_err());
+        assert_eq!(Capacity::Bytes(7).resolve(None, None).unwrap(), 7);
     }
 
     #[test]

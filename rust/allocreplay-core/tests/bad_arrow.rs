@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use allocreplay_core::import::{load, ImportOptions};
-use allocreplay_core::policy::{build, PolicyContext};
+use allocreplay_core::policy::PolicyContext;
+use allocreplay_core::registry::build;
 use allocreplay_core::Error;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};

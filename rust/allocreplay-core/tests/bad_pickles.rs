@@ -235,7 +235,7 @@ fn an_oom_entry_asking_for_petabytes_loads_and_is_an_oom_in_every_policy() {
     assert_eq!(recorded, vec![big, (-5i64) as u64]);
     for spec in ["pytorch", "pytorch:expandable_segments:True", "bfc", "jax:allocator=platform", "cuda-async", "cuda-malloc", "managed"] {
         let ctx = allocreplay_core::policy::PolicyContext { metadata: &t.metadata, device: None, capacity: Some(80 << 30) };
-        let mut p = allocreplay_core::policy::build(spec, &ctx).unwrap();
+        let mut p = allocreplay_core::registry::build(spec, &ctx).unwrap();
         let r = allocreplay_core::engine::replay_device(&t, 0, p.as_mut(), &Default::default());
         assert_eq!(r.stats.num_ooms, 2, "{spec}: {:?}", r.stats);
     }

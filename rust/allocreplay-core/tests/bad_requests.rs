@@ -2,8 +2,9 @@
 //! or more) is an OOM in every policy, never a wrapped size or a spin; `ideal` / `offline` over
 //! a capacity name the event where they first exceed it.
 
-use allocreplay_core::engine::device::DeviceMemory;
-use allocreplay_core::policy::{build, PolicyContext, Request, MAX_REQUEST};
+use allocreplay_core::device::DeviceMemory;
+use allocreplay_core::policy::{PolicyContext, Request, MAX_REQUEST};
+use allocreplay_core::registry::build;
 use allocreplay_core::replay::{replay, summary_batch, ReplayRequest};
 use allocreplay_core::trace::{DeviceInfo, EventRow, FrameTable, TraceBuilder};
 use allocreplay_core::units::Capacity;
@@ -83,7 +84,7 @@ fn more_than_the_simulated_address_space_is_an_oom_not_an_overlap() {
     // Found by the policy_pytorch fuzz target: with no capacity, requests of terabytes ran the
     // simulated device address space (15 TiB) out and later segments were placed over earlier
     // ones. Ten live 4 TiB requests: some fail, none overlap.
-    use allocreplay_core::policy::invariants::{run_checked, Op};
+    use allocreplay_core::registry::invariants::{run_checked, Op};
     let ops: Vec<Op> = (0..10).map(|k| Op::Alloc { size: (4 << 40) + k, stream: k as i64 % 2 }).collect();
     for spec in ["pytorch", "pytorch:expandable_segments:True", "bfc:allow_growth=true", "cuda-async", "cuda-malloc"] {
         let s = run_checked(spec, &ops, None).unwrap_or_else(|e| panic!("{spec}: {e}"));

@@ -11,10 +11,11 @@
 //! - tests/data/replays-h200-580.159.txt: the same requests replayed on the GPU with
 //!   cudaMalloc/cudaFree (device usage from cudaMemGetInfo).
 
-use allocreplay_core::engine::stats::Stats;
+use allocreplay_core::device::Stats;
 use allocreplay_core::engine::{replay_device, ReplayOptions};
 use allocreplay_core::import::{load, ImportOptions};
-use allocreplay_core::policy::{build, PolicyContext};
+use allocreplay_core::policy::PolicyContext;
+use allocreplay_core::registry::build;
 use std::path::{Path, PathBuf};
 
 fn shared(name: &str) -> PathBuf {

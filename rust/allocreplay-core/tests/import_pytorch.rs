@@ -158,7 +158,7 @@ fn a_mid_run_recording_starts_from_the_state_the_run_had_when_recording_began() 
     let last_seed = (0..t.num_events()).filter(|&i| c.seed.value(i)).max().unwrap();
     let md = &t.metadata;
     let ctx = allocreplay_core::policy::PolicyContext { metadata: md, device: md.device(0), capacity: None };
-    let mut p = allocreplay_core::policy::build("pytorch:recorded", &ctx).unwrap();
+    let mut p = allocreplay_core::registry::build("pytorch:recorded", &ctx).unwrap();
     let opts = allocreplay_core::engine::ReplayOptions { timeline: Some(0), ..Default::default() };
     let r = allocreplay_core::engine::replay_device(&t, 0, p.as_mut(), &opts);
     let at_start = r.timeline.iter().rfind(|pt| pt.event <= last_seed).unwrap();

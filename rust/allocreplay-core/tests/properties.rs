@@ -1,9 +1,9 @@
 //! Property tests on random request streams, for every policy (docs/bad-inputs.md): live
 //! blocks never overlap, allocated <= reserved <= capacity (or an OOM), a failed request
-//! changes nothing, everything freed -> allocated 0 (`policy::invariants::run_checked`), and
+//! changes nothing, everything freed -> allocated 0 (`registry::invariants::run_checked`), and
 //! a replay's results do not depend on the number of threads.
 
-use allocreplay_core::policy::invariants::{run_checked, Op};
+use allocreplay_core::registry::invariants::{run_checked, Op};
 use allocreplay_core::replay::{replay, ReplayRequest};
 use allocreplay_core::trace::{DeviceInfo, EventRow, FrameTable, TraceBuilder};
 use allocreplay_core::units::Capacity;

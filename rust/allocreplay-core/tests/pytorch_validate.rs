@@ -75,7 +75,7 @@ fn capped_runs_reproduce_retries_and_ooms() {
 }
 
 /// `validate --no-addresses`: the replay places segments in the modelled driver address space
-/// (engine::device::AddressSpace), as every what-if prediction does. On every shared capture the
+/// (device::memory::AddressSpace), as every what-if prediction does. On every shared capture the
 /// run's peak reserved, peak allocated, retries and OOMs (its `.json`) and its sequence of
 /// segment allocations and frees (sizes, order) must still come out exactly.
 #[test]

@@ -44,7 +44,7 @@ fn assert_streams_as_loaded(path: &Path, capacities: &[Option<Capacity>], timeli
         for &timeline_points in timeline_points {
             let req = ReplayRequest { policies: policies.clone(), capacity, timeline_points, placements: true, threads: 2 };
             let whole = replay::replay(&loaded, &req).unwrap();
-            let streamed = replay::replay_mapped(&mapped, &req, &|s, c| allocreplay_core::policy::build(s, c), None).unwrap();
+            let streamed = replay::replay_mapped(&mapped, &req, &|s, c| allocreplay_core::registry::build(s, c), None).unwrap();
             assert_eq!(tables(&whole), tables(&streamed), "{} capacity {capacity:?} points {timeline_points}", path.display());
             ooms += streamed.iter().filter(|r| r.replay.first_oom.is_some()).count();
         }
@@ -135,6 +135,6 @@ fn bad_files_are_errors_naming_the_file() {
     // The offline bounds need the whole trace.
     let mapped = MappedTrace::open(&path).unwrap();
     let req = ReplayRequest { policies: vec!["pytorch".into(), "offline".into()], ..Default::default() };
-    let e = replay::replay_mapped(&mapped, &req, &|s, c| allocreplay_core::policy::build(s, c), None).unwrap_err();
+    let e = replay::replay_mapped(&mapped, &req, &|s, c| allocreplay_core::registry::build(s, c), None).unwrap_err();
     assert!(e.to_string().contains("offline"), "{e}");
 }

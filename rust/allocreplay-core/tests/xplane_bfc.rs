@@ -4,7 +4,7 @@
 
 use allocreplay_core::engine::{replay_device, ReplayOptions};
 use allocreplay_core::import::{load, ImportOptions};
-use allocreplay_core::policy::{self, PolicyContext};
+use allocreplay_core::policy::PolicyContext;
 use allocreplay_core::trace::info::trace_info;
 use allocreplay_core::validate::bfc::{validate_bfc, BfcValidation};
 use allocreplay_core::{Action, Trace};
@@ -117,7 +117,7 @@ fn replay(t: &Trace, spec: &str) -> allocreplay_core::engine::DeviceReplay {
     let d = t.devices()[0];
     let info = t.metadata.device(d);
     let ctx = PolicyContext { metadata: &t.metadata, device: info, capacity: None };
-    let mut p = policy::build(spec, &ctx).unwrap();
+    let mut p = allocreplay_core::registry::build(spec, &ctx).unwrap();
     replay_device(t, d, p.as_mut(), &ReplayOptions { capacity: info.and_then(|i| i.total_memory), ..Default::default() })
 }
 

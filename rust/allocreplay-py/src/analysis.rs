@@ -89,7 +89,7 @@ fn replay_progress(
         p.done.store(0, Ordering::Relaxed);
         p.total.store(core_replay::progress_total(&t, &req), Ordering::Relaxed);
         let batches = py.detach(move || {
-            core_replay::replay_with_progress(&t, &req, &|spec, ctx| allocreplay_core::policy::build(spec, ctx), Some(&p.done)).map(
+            core_replay::replay_with_progress(&t, &req, &|spec, ctx| allocreplay_core::registry::build(spec, ctx), Some(&p.done)).map(
                 |runs| {
                     (
                         core_replay::summary_batch(&runs),
@@ -137,7 +137,7 @@ fn replay_file(
             if let Some(p) = &p {
                 p.total.store(core_replay::progress_total_mapped(&trace, &req), Ordering::Relaxed);
             }
-            let build = |spec: &str, ctx: &allocreplay_core::policy::PolicyContext| allocreplay_core::policy::build(spec, ctx);
+            let build = |spec: &str, ctx: &allocreplay_core::policy::PolicyContext| allocreplay_core::registry::build(spec, ctx);
             let runs = core_replay::replay_mapped(&trace, &req, &build, p.as_ref().map(|p| &p.done))?;
             let batches = (
                 core_replay::summary_batch(&runs),

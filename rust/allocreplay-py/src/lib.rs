@@ -41,7 +41,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(units::parse_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(units::format_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(errors::debug_panic, m)?)?;
-    m.add("POLICY_NAMES", allocreplay_core::policy::spec::POLICY_NAMES.to_vec())?;
+    m.add("POLICY_NAMES", allocreplay_core::registry::POLICY_NAMES.to_vec())?;
     m.add("FORMAT_VERSION", allocreplay_core::trace::FORMAT_VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     analysis::register(m)?;

@@ -3,7 +3,7 @@
 //! -> the text that sets a spec's options in the real framework.
 
 use allocreplay_core::policy::options::{OptDefault, OptionSpec, Syntax};
-use allocreplay_core::policy::registry::{self, PolicyEntry};
+use allocreplay_core::registry::{self, PolicyEntry};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 

@@ -9,9 +9,11 @@ use arrow_array::builder::{BooleanBuilder, Int32Builder, Int64Builder, StringBui
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 
-use crate::engine::{replay_device_hooked, DeviceEvent, FirstOom, Hooks, ReplayOptions};
+use crate::device::DeviceEvent;
+use crate::engine::{replay_device_hooked, FirstOom, Hooks, ReplayOptions};
 use crate::error::{Error, Result};
 use crate::policy::{self, BlockInfo, PolicyContext, SegmentInfo};
+use crate::registry;
 use crate::trace::{Action, Trace};
 use crate::units::Capacity;
 
@@ -127,7 +129,7 @@ pub fn state_at(trace: &Trace, req: &StateRequest) -> Result<Vec<State>> {
             At::Event(e) => Some(e.min(trace.num_events().saturating_sub(1))),
             At::End => None,
             at => {
-                let mut p = policy::build(&req.policy, &ctx)?;
+                let mut p = registry::build(&req.policy, &ctx)?;
                 let mut hooks = Hooks::default();
                 let r = replay_device_hooked(trace, d, p.as_mut(), &opts, &mut hooks);
                 match at {
@@ -141,7 +143,7 @@ pub fn state_at(trace: &Trace, req: &StateRequest) -> Result<Vec<State>> {
             }
         };
         // Pass 2: stopped right after it, with the placements.
-        let mut p = policy::build(&req.policy, &ctx)?;
+        let mut p = registry::build(&req.policy, &ctx)?;
         let opts = ReplayOptions { placements: true, device_events: req.history, ..opts };
         let mut hooks = Hooks { stop_after: event, ..Default::default() };
         let r = replay_device_hooked(trace, d, p.as_mut(), &opts, &mut hooks);
@@ -593,7 +595,7 @@ mod tests {
         let t = b.finish(TraceMetadata::new("test"), FrameTable::default()).unwrap();
         let req = ReplayRequest { policies: vec!["pytorch".into(), "bfc".into()], threads: 2, ..Default::default() };
         let done = AtomicU64::new(0);
-        replay_with_progress(&t, &req, &|s, c| policy::build(s, c), Some(&done)).unwrap();
+        replay_with_progress(&t, &req, &|s, c| crate::registry::build(s, c), Some(&done)).unwrap();
         // 2 policies x 2 devices, each replay walking every row of the trace.
         assert_eq!(progress_total(&t, &req), 4 * t.num_events() as u64);
         assert_eq!(done.load(Ordering::Relaxed), progress_total(&t, &req));

@@ -1,10 +1,6 @@
 //! The replay engine: streams one device's request events through a policy and records what
 //! the policy decided. No heap allocation per event in the loop beyond what the policy does.
 
-pub mod device;
-mod range_tree;
-pub mod stats;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -12,20 +8,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::UInt64Type;
 use arrow_array::{Array, PrimitiveArray, RecordBatch};
 
-use crate::policy::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
+use crate::device::{DeviceEvent, DeviceMemory, Stats};
+use crate::policy::{FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::trace::{Action, Columns, Trace};
-use device::DeviceMemory;
-use stats::Stats;
-
-/// A device allocation the policy made during the replay (what PyTorch records as
-/// segment_alloc / segment_free / segment_map / segment_unmap).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceEvent {
-    pub event: usize,
-    pub action: Action,
-    pub addr: u64,
-    pub size: u64,
-}
 
 #[derive(Debug, Clone, Default)]
 pub struct ReplayOptions {
@@ -107,8 +92,33 @@ pub struct Hooks<'a> {
 /// Rows between two bumps of [`Hooks::progress`]: rare enough not to slow the loop.
 pub const PROGRESS_EVERY: usize = 1 << 14;
 
+/// A policy the engine drives: every [`Policy`] is one. The blanket impl gives each policy type
+/// its own copy of the row loop ([`feed_rows`]), whose calls to `malloc`, `free_*` and `stats`
+/// (several per event) are static and can be inlined; the engine pays one dynamic call per
+/// batch. The registry builds policies boxed so ([`BoxedPolicy`]).
+pub trait DrivenPolicy: Policy {
+    /// Replays a batch of trace rows through this policy ([`DeviceReplayer::feed`]).
+    #[doc(hidden)]
+    fn replay_rows(&mut self, state: &mut ReplayState, batch: &RecordBatch, base: usize, hooks: &mut Hooks<'_>) -> bool;
+}
+
+impl<P: Policy> DrivenPolicy for P {
+    fn replay_rows(&mut self, state: &mut ReplayState, batch: &RecordBatch, base: usize, hooks: &mut Hooks<'_>) -> bool {
+        feed_rows(self, state, batch, base, hooks)
+    }
+}
+
+/// A policy built for the engine (`crate::registry::build`).
+pub type BoxedPolicy = Box<dyn DrivenPolicy>;
+
+impl FromPolicy for BoxedPolicy {
+    fn from_policy<P: Policy + 'static>(policy: P) -> Self {
+        Box::new(policy)
+    }
+}
+
 /// Replays the events of `device` in `trace` through `policy`.
-pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: &ReplayOptions) -> DeviceReplay {
+pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn DrivenPolicy, opts: &ReplayOptions) -> DeviceReplay {
     replay_device_hooked(trace, device, policy, opts, &mut Hooks::default())
 }
 
@@ -116,7 +126,7 @@ pub fn replay_device(trace: &Trace, device: i32, policy: &mut dyn Policy, opts: 
 pub fn replay_device_hooked(
     trace: &Trace,
     device: i32,
-    policy: &mut dyn Policy,
+    policy: &mut dyn DrivenPolicy,
     opts: &ReplayOptions,
     hooks: &mut Hooks<'_>,
 ) -> DeviceReplay {
@@ -144,12 +154,12 @@ pub fn replay_device_hooked(
 /// a trace held whole is one batch, a streamed file many. Its state is the policy's and
 /// O(live allocations): nothing is kept per event (the timeline is downsampled as it is built).
 pub struct DeviceReplayer<'p> {
-    policy: &'p mut dyn Policy,
+    policy: &'p mut dyn DrivenPolicy,
     state: ReplayState,
 }
 
 /// A device replay's state besides the policy (see [`DeviceReplayer`]); the policy's
-/// [`Policy::replay_rows`] runs the loop over it.
+/// [`DrivenPolicy::replay_rows`] runs the loop over it.
 #[doc(hidden)]
 pub struct ReplayState {
     device: i32,
@@ -172,7 +182,7 @@ pub struct ReplayState {
 }
 
 impl<'p> DeviceReplayer<'p> {
-    pub fn new(device: i32, policy: &'p mut dyn Policy, opts: &ReplayOptions, max_alloc_id: u64, timeline_requests: usize) -> Self {
+    pub fn new(device: i32, policy: &'p mut dyn DrivenPolicy, opts: &ReplayOptions, max_alloc_id: u64, timeline_requests: usize) -> Self {
         let mut dev = DeviceMemory::new(opts.capacity);
         if opts.device_events {
             dev.log = Some(Vec::new());
@@ -220,15 +230,9 @@ impl<'p> DeviceReplayer<'p> {
 }
 
 /// The replay loop over one batch (`DeviceReplayer::feed`), generic over the policy: called
-/// from the default method [`Policy::replay_rows`], each policy type gets its own copy, whose
-/// calls to `malloc`, `free_*` and `stats` (several per event) are static and can be inlined.
-pub(crate) fn feed_rows<P: Policy + ?Sized>(
-    policy: &mut P,
-    st: &mut ReplayState,
-    batch: &RecordBatch,
-    base: usize,
-    hooks: &mut Hooks<'_>,
-) -> bool {
+/// from [`DrivenPolicy::replay_rows`], each policy type gets its own copy, whose calls to
+/// `malloc`, `free_*` and `stats` (several per event) are static and can be inlined.
+fn feed_rows<P: Policy + ?Sized>(policy: &mut P, st: &mut ReplayState, batch: &RecordBatch, base: usize, hooks: &mut Hooks<'_>) -> bool {
     let c = Columns::of(batch);
     let n = batch.num_rows();
     let (stop, stopped) = match hooks.stop_after {
@@ -467,7 +471,7 @@ fn other_row<P: Policy + ?Sized>(policy: &mut P, st: &mut ReplayState, rows: &Ro
     }
 }
 
-/// How many of the rows in `rows` add a timeline point on `device` ([`is_timeline_request`]).
+/// How many of the rows in `rows` add a timeline point on `device` ([`crate::trace::is_timeline_request`]).
 pub fn count_timeline_requests(c: &Columns<'_>, device: i32, rows: std::ops::Range<usize>) -> usize {
     let (last_request, oom) = (Action::FreeCompleted as u8, Action::Oom as u8);
     debug_assert!(Action::Alloc as u8 == 0 && Action::FreeRequested as u8 == 1);
@@ -478,13 +482,6 @@ pub fn count_timeline_requests(c: &Columns<'_>, device: i32, rows: std::ops::Ran
         requests += rows.filter(|&i| c.action[i] == oom && c.device[i] == device && !c.seed.value(i)).count();
     }
     requests
-}
-
-/// The events that add a timeline point: the requests replayed (allocs, frees, a recorded OOM
-/// outside the seed).
-pub fn is_timeline_request(action: u8, seed: bool) -> bool {
-    matches!(Action::from_code(action), Some(Action::Alloc | Action::FreeRequested | Action::FreeCompleted))
-        || (action == Action::Oom as u8 && !seed)
 }
 
 /// [`downsample`] as the points arrive: buckets of `total.div_ceil(max_points)` points, each
@@ -574,13 +571,13 @@ pub fn downsample(points: Vec<TimelinePoint>, max_points: usize) -> Vec<Timeline
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::device::DeviceMemory;
+    use crate::device::DeviceMemory;
     use crate::policy::PolicyContext;
-    use crate::trace::{DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
+    use crate::trace::{is_timeline_request, DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
 
     /// A policy with [`Policy::free_at_once`] off: every free request and completion goes
     /// through the policy's own call.
-    struct InTwoCalls(Box<dyn Policy>);
+    struct InTwoCalls(BoxedPolicy);
 
     impl Policy for InTwoCalls {
         fn name(&self) -> String {
@@ -650,7 +647,7 @@ mod tests {
     }
 
     /// The vectorised counts of timeline requests and of actions (`Columns::count_actions`)
-    /// equal row-by-row counts (with [`is_timeline_request`]), over ranges that cross its chunks' edges, on rows of every
+    /// equal row-by-row counts (with [`crate::trace::is_timeline_request`]), over ranges that cross its chunks' edges, on rows of every
     /// action, two devices, and seed rows.
     #[test]
     fn count_timeline_requests_counts_row_by_row() {
@@ -689,14 +686,14 @@ mod tests {
     fn frees_at_once_change_nothing() {
         let meta = TraceMetadata::new("test");
         let ctx = PolicyContext { metadata: &meta, device: None, capacity: None };
-        let build = |spec: &str| crate::policy::build(spec, &ctx).unwrap();
+        let build = |spec: &str| crate::registry::build(spec, &ctx).unwrap();
         for seed in 1..6u64 {
             for two_devices in [false, true] {
                 let trace = random_trace(seed * 0x9E37_79B9, two_devices);
                 for name in ["cuda-malloc", "managed", "pytorch", "pytorch:expandable_segments:True", "pytorch:max_split_size_mb:21"] {
                     for (capacity, timeline) in [(None, Some(0)), (Some(24 << 20), Some(0)), (None, Some(7)), (Some(16 << 20), None)] {
                         let opts = ReplayOptions { capacity, timeline, ..Default::default() };
-                        let replay = |p: &mut dyn Policy| {
+                        let replay = |p: &mut dyn DrivenPolicy| {
                             let mut hooks = Hooks::default();
                             let r = replay_device_hooked(&trace, 0, p, &opts, &mut hooks);
                             (r.events, r.stats, r.first_oom, r.timeline, r.segments, hooks.peak_reserved_event, hooks.peak_allocated_event)

@@ -3,7 +3,6 @@
 
 pub mod compression;
 pub mod pickle;
-pub(crate) mod prefault;
 pub mod pytorch;
 pub mod xla;
 pub mod xplane;

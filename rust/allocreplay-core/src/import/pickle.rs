@@ -10,7 +10,7 @@ use std::fmt;
 
 use rustc_hash::FxHashMap;
 
-use super::prefault::Prefaulter;
+use crate::prefault::Prefaulter;
 
 /// One decoded value. Containers and strings are indices into the `Pickle` arena, so a value
 /// is `Copy` and a memo lookup (BINGET) shares the container like Python does.
@@ -102,7 +102,7 @@ impl<'a> Pickle<'a> {
     /// parses, whose release is a noticeable part of a load.
     pub(crate) fn drop_in_background(self) {
         let Pickle { spans, seqs, dicts, records, boxed, .. } = self;
-        super::prefault::drop_in_background((spans, seqs, dicts, records, boxed));
+        crate::prefault::drop_in_background((spans, seqs, dicts, records, boxed));
     }
 
     /// Bound of the indices in `Value::List` and `Value::Tuple` (one index space), for caches
@@ -1130,7 +1130,7 @@ impl<'a, 'k> Parser<'a, 'k> {
                     if self.prefault.is_some() {
                         // A large parse (the caller prefaults): its memo's release need not
                         // hold up the import.
-                        super::prefault::drop_in_background(std::mem::take(&mut self.memo));
+                        crate::prefault::drop_in_background(std::mem::take(&mut self.memo));
                     }
                     return Ok(self.p);
                 }

@@ -10,9 +10,9 @@ use rustc_hash::FxHashMap;
 use std::path::Path;
 
 use super::pickle::{self, Pickle, PickleError, Value};
-use super::prefault::{drop_in_background, Prefaulter};
 use super::{read_meta_json, ImportOptions};
 use crate::error::{Error, Result};
+use crate::prefault::{drop_in_background, Prefaulter};
 use crate::trace::{Action, DeviceInfo, EventRow, FrameInterner, PoolInfo, Trace, TraceBuilder, TraceMetadata};
 
 /// Sizes are below 2^56 (64 PiB): larger values are corrupt, and keeping them there leaves
@@ -96,7 +96,7 @@ struct FinalSegment {
     live_blocks: Vec<(u64, u64, bool)>,
 }
 
-/// Inputs from this size on are parsed with a prefaulting thread (`import::prefault`) and free
+/// Inputs from this size on are parsed with a prefaulting thread (`crate::prefault`) and free
 /// their arenas on another thread; below it, starting threads would cost more than it saves.
 const LARGE_INPUT: usize = 16 << 20;
 

@@ -16,12 +16,12 @@
 
 use std::collections::BTreeMap;
 
-use super::bfc_config::{BfcSettings, BfcSpec};
+use super::bfc_config::{parse_bfc, parse_jax, parse_tf, BfcSettings, BfcSpec};
 use super::sorted_map::SortedMap;
 use super::spec::PolicyContext;
-use super::{BlockInfo, OutOfMemory, Placement, Policy, Request, SegmentInfo};
-use crate::engine::device::DeviceMemory;
-use crate::engine::stats::Stats;
+use super::{BlockInfo, FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
+use crate::device::DeviceMemory;
+use crate::device::Stats;
 use crate::error::Result;
 
 /// `kMinAllocationBits` / `kMinAllocationSize`.
@@ -58,11 +58,23 @@ fn bin_key(size: u64, ptr: u64) -> u128 {
     (u128::from(size) << 64) | u128::from(ptr)
 }
 
-pub fn from_spec(spec: BfcSpec, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
+pub fn from_spec<B: FromPolicy>(spec: BfcSpec, ctx: &PolicyContext) -> Result<B> {
     match spec {
-        BfcSpec::Bfc { name, settings } => Ok(Box::new(Bfc::new(name, settings).with_trace(ctx))),
-        BfcSpec::Platform { name } => Ok(Box::new(Platform::new(name))),
+        BfcSpec::Bfc { name, settings } => Ok(B::from_policy(Bfc::new(name, settings).with_trace(ctx))),
+        BfcSpec::Platform { name } => Ok(B::from_policy(Platform::new(name))),
     }
+}
+
+pub fn build_bfc<B: FromPolicy>(options: &str, ctx: &PolicyContext) -> Result<B> {
+    from_spec(parse_bfc(options, ctx)?, ctx)
+}
+
+pub fn build_tf<B: FromPolicy>(options: &str, ctx: &PolicyContext) -> Result<B> {
+    from_spec(parse_tf(options, ctx)?, ctx)
+}
+
+pub fn build_jax<B: FromPolicy>(options: &str, ctx: &PolicyContext) -> Result<B> {
+    from_spec(parse_jax(options, ctx)?, ctx)
 }
 
 /// `BFCAllocator::Chunk`.

@@ -19,10 +19,9 @@
 //!   up to that limit; `allocator=platform` (XLA_PYTHON_CLIENT_ALLOCATOR=platform) is no BFC
 //!   at all but a cudaMalloc / cudaFree per buffer.
 
+use super::entry::{PolicyEntry, PolicyKind};
 use super::options::{self, OptDefault, OptionSpec, OptionType, Syntax};
-use super::registry::{PolicyEntry, PolicyKind};
 use super::spec::PolicyContext;
-use super::Policy;
 use crate::error::{Error, Result};
 
 pub const MIB: u64 = 1 << 20;
@@ -177,18 +176,6 @@ const JAX_OPTIONS: &[OptionSpec] = &[
     ),
 ];
 
-fn build_bfc(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
-    super::bfc::from_spec(parse_bfc(options, ctx)?, ctx)
-}
-
-fn build_tf(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
-    super::bfc::from_spec(parse_tf(options, ctx)?, ctx)
-}
-
-fn build_jax(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
-    super::bfc::from_spec(parse_jax(options, ctx)?, ctx)
-}
-
 /// `bfc[:OPTIONS]`, `bfc:recorded`.
 pub static BFC: PolicyEntry = PolicyEntry {
     name: "bfc",
@@ -196,7 +183,7 @@ pub static BFC: PolicyEntry = PolicyEntry {
     models: "`tsl::BFCAllocator`, xla/tsl/framework/bfc_allocator.cc",
     syntax: Syntax::KeyValue,
     options: BFC_OPTIONS,
-    kind: PolicyKind::Online(build_bfc),
+    kind: PolicyKind::Online,
     framework: None,
     env: None,
     bool_words: ("true", "false"),
@@ -211,7 +198,7 @@ pub static TF: PolicyEntry = PolicyEntry {
     models: "`GPUBFCAllocator` as tensorflow/core/common_runtime/gpu/gpu_device.cc builds it",
     syntax: Syntax::KeyValue,
     options: TF_OPTIONS,
-    kind: PolicyKind::Online(build_tf),
+    kind: PolicyKind::Online,
     framework: Some("tf"),
     env: None,
     bool_words: ("true", "false"),
@@ -226,7 +213,7 @@ pub static JAX: PolicyEntry = PolicyEntry {
     models: "`xla::CreateBFCAllocator`, xla/pjrt/gpu/gpu_helpers.cc, with JAX's XLA_PYTHON_CLIENT_* defaults",
     syntax: Syntax::KeyValue,
     options: JAX_OPTIONS,
-    kind: PolicyKind::Online(build_jax),
+    kind: PolicyKind::Online,
     framework: Some("jax"),
     env: None,
     bool_words: ("true", "false"),
@@ -243,7 +230,7 @@ pub fn parse_bfc(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
     }
     let mut s = BfcSettings::default();
     let mut limit = None;
-    for (k, v) in options::items(&BFC, options)? {
+    for (k, v) in super::entry::items(&BFC, options)? {
         match k {
             "allow_growth" => s.allow_growth = options::parse_bool(&spec, k, v)?,
             "garbage_collection" => s.garbage_collection = options::parse_bool(&spec, k, v)?,
@@ -266,7 +253,7 @@ pub fn parse_tf(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
     let spec = if options.is_empty() { "tf".to_string() } else { format!("tf:{options}") };
     let mut s = BfcSettings { allow_growth: false, garbage_collection: true, ..Default::default() };
     let (mut limit, mut fraction) = (None, None);
-    for (k, v) in options::items(&TF, options)? {
+    for (k, v) in super::entry::items(&TF, options)? {
         match k {
             "allow_growth" => s.allow_growth = options::parse_bool(&spec, k, v)?,
             "garbage_collection" => s.garbage_collection = options::parse_bool(&spec, k, v)?,
@@ -296,7 +283,7 @@ pub fn parse_tf(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
 pub fn parse_jax(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
     let spec = if options.is_empty() { "jax".to_string() } else { format!("jax:{options}") };
     let (mut preallocate, mut fraction, mut limit, mut platform) = (true, 0.75, None, false);
-    for (k, v) in options::items(&JAX, options)? {
+    for (k, v) in super::entry::items(&JAX, options)? {
         match k {
             "preallocate" => preallocate = options::parse_bool(&spec, k, v)?,
             // Fractions above 1 oversubscribe with unified memory; allowed as upstream does.

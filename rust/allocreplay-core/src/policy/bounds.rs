@@ -2,8 +2,9 @@
 //! [`crate::offline::plan_trace`], which see every lifetime before placing anything and so are
 //! not online [`super::Policy`]s; `replay` computes them apart (`replay::offline_run`).
 
-use super::options::{items, parse_u64, OptDefault, OptionSpec, OptionType, Syntax};
-use super::registry::{PolicyEntry, PolicyKind};
+use super::entry::items;
+use super::entry::{PolicyEntry, PolicyKind};
+use super::options::{parse_u64, OptDefault, OptionSpec, OptionType, Syntax};
 use crate::error::Result;
 
 const OPTIONS: &[OptionSpec] = &[OptionSpec::new(

@@ -48,12 +48,12 @@
 
 use rustc_hash::FxHashMap;
 
+use super::entry::{PolicyEntry, PolicyKind};
 use super::options::{self, OptDefault, OptionSpec, OptionType, Syntax};
-use super::registry::{PolicyEntry, PolicyKind};
 use super::spec::PolicyContext;
-use super::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
-use crate::engine::device::DeviceMemory;
-use crate::engine::stats::Stats;
+use super::{FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
+use crate::device::DeviceMemory;
+use crate::device::Stats;
 use crate::error::{Error, Result};
 
 /// Allocation granularity inside the pool (measured: consecutive small allocations are 512 B apart).
@@ -96,7 +96,7 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     models: "the driver's default cudaMemPool_t behind c10/cuda/CUDAMallocAsyncAllocator.cpp and gpu_cudamallocasync_allocator.cc (docs/cuda-policies.md)",
     syntax: Syntax::KeyValue,
     options: OPTIONS,
-    kind: PolicyKind::Online(from_spec),
+    kind: PolicyKind::Online,
     framework: None,
     env: None,
     bool_words: ("true", "false"),
@@ -104,8 +104,8 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     search_excludes: &[],
 };
 
-pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
-    Ok(Box::new(CudaAsync::from_options(options, ctx)?))
+pub fn from_spec<B: FromPolicy>(options: &str, ctx: &PolicyContext) -> Result<B> {
+    Ok(B::from_policy(CudaAsync::from_options(options, ctx)?))
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -162,7 +162,7 @@ pub struct CudaAsync {
 impl CudaAsync {
     pub fn from_options(options: &str, ctx: &PolicyContext) -> Result<Self> {
         const P: &str = "cuda-async";
-        let kv = options::items(&ENTRY, options)?;
+        let kv = super::entry::items(&ENTRY, options)?;
         // Default threshold as each framework sets it: PyTorch UINT64_MAX; XLA/TF the pool size.
         let pool_size = ctx.device.and_then(|d| d.memory_cap.or(d.total_memory)).or(ctx.capacity);
         let mut release_threshold = if ctx.metadata.source == "pytorch" { u64::MAX } else { pool_size.unwrap_or(u64::MAX) };

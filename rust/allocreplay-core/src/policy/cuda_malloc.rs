@@ -19,12 +19,12 @@
 use rustc_hash::FxHashMap;
 
 use super::class_bitmap::{ClassBitmap, CLASSES};
-use super::options::{self, Syntax};
-use super::registry::{PolicyEntry, PolicyKind};
+use super::entry::{PolicyEntry, PolicyKind};
+use super::options::Syntax;
 use super::spec::PolicyContext;
-use super::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
-use crate::engine::device::DeviceMemory;
-use crate::engine::stats::Stats;
+use super::{FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
+use crate::device::DeviceMemory;
+use crate::device::Stats;
 use crate::error::Result;
 
 /// `cudaMalloc` alignment of sub-page allocations.
@@ -39,7 +39,7 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     models: "the driver's cudaMalloc: small allocations packed in shared 2 MiB pages, large ones in their own",
     syntax: Syntax::KeyValue,
     options: &[],
-    kind: PolicyKind::Online(from_spec),
+    kind: PolicyKind::Online,
     framework: None,
     env: None,
     bool_words: ("true", "false"),
@@ -47,9 +47,9 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     search_excludes: &[],
 };
 
-pub fn from_spec(options: &str, _ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
-    options::items(&ENTRY, options)?;
-    Ok(Box::new(CudaMalloc::new()))
+pub fn from_spec<B: FromPolicy>(options: &str, _ctx: &PolicyContext) -> Result<B> {
+    super::entry::items(&ENTRY, options)?;
+    Ok(B::from_policy(CudaMalloc::new()))
 }
 
 #[derive(Debug, Clone, Default)]
@@ -606,8 +606,8 @@ mod tests {
     fn takes_no_options() {
         let meta = TraceMetadata::new("pytorch");
         let ctx = PolicyContext { metadata: &meta, device: None, capacity: None };
-        assert!(from_spec("", &ctx).is_ok());
-        let e = from_spec("x=1", &ctx).err().unwrap().to_string();
+        assert!(from_spec::<Box<dyn Policy>>("", &ctx).is_ok());
+        let e = from_spec::<Box<dyn Policy>>("x=1", &ctx).err().unwrap().to_string();
         assert!(e.contains("takes no options"), "{e}");
     }
 }

@@ -24,12 +24,12 @@
 //!   the 512-byte rounded bytes of live allocations.
 
 use super::cuda_malloc::{PageLayout, Placed, PAGE};
+use super::entry::{PolicyEntry, PolicyKind};
 use super::options::{self, OptDefault, OptionSpec, OptionType, Syntax};
-use super::registry::{PolicyEntry, PolicyKind};
 use super::spec::PolicyContext;
-use super::{OutOfMemory, Placement, Policy, Request, SegmentInfo};
-use crate::engine::device::DeviceMemory;
-use crate::engine::stats::Stats;
+use super::{FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
+use crate::device::DeviceMemory;
+use crate::device::Stats;
 use crate::error::Result;
 
 const NONE: u32 = u32::MAX;
@@ -46,7 +46,7 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
         OptDefault::Value("true"),
         "count a freed allocation's pages as touched (the program used the buffer until its free)",
     )],
-    kind: PolicyKind::Online(from_spec),
+    kind: PolicyKind::Online,
     framework: None,
     env: None,
     bool_words: ("true", "false"),
@@ -54,17 +54,17 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     search_excludes: &[],
 };
 
-pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
+pub fn from_spec<B: FromPolicy>(options: &str, ctx: &PolicyContext) -> Result<B> {
     const P: &str = "managed";
     let mut touch_on_free = true;
-    for (k, v) in options::items(&ENTRY, options)? {
+    for (k, v) in super::entry::items(&ENTRY, options)? {
         if k == "touch_on_free" {
             touch_on_free = options::parse_bool(P, k, v)?;
         }
     }
     let capacity = ctx.capacity.or(ctx.total_memory());
     let name = if options.trim().is_empty() { P.to_string() } else { format!("{P}:{}", options.trim()) };
-    Ok(Box::new(Managed::new(name, capacity, touch_on_free)))
+    Ok(B::from_policy(Managed::new(name, capacity, touch_on_free)))
 }
 
 /// A unit of residency: one shared small page, or one large allocation's pages.
@@ -462,7 +462,7 @@ mod tests {
         let mut meta = TraceMetadata::new("pytorch");
         meta.devices.push(DeviceInfo { index: 0, total_memory: Some(8 * PAGE), ..Default::default() });
         let ctx = PolicyContext { metadata: &meta, device: meta.device(0), capacity: None };
-        let mut p = from_spec("", &ctx).unwrap();
+        let mut p = from_spec::<Box<dyn Policy>>("", &ctx).unwrap();
         let mut d = DeviceMemory::new(None);
         for i in 0..9 {
             p.malloc(&req(i, PAGE), &mut d).unwrap();
@@ -470,9 +470,9 @@ mod tests {
         assert_eq!(p.stats().pages_migrated, 1);
         assert_eq!(p.stats().peak_reserved, 8 * PAGE);
         let ctx = PolicyContext { metadata: &meta, device: meta.device(0), capacity: Some(2 * PAGE) };
-        assert!(from_spec("touch_on_free=false", &ctx).is_ok());
-        let e = from_spec("touch=1", &ctx).err().unwrap().to_string();
+        assert!(from_spec::<Box<dyn Policy>>("touch_on_free=false", &ctx).is_ok());
+        let e = from_spec::<Box<dyn Policy>>("touch=1", &ctx).err().unwrap().to_string();
         assert!(e.contains("unknown option 'touch' for managed; options: touch_on_free"), "{e}");
-        assert!(from_spec("touch_on_free=maybe", &ctx).is_err());
+        assert!(from_spec::<Box<dyn Policy>>("touch_on_free=maybe", &ctx).is_err());
     }
 }

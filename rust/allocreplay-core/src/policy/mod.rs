@@ -8,18 +8,17 @@ pub mod bounds;
 mod class_bitmap;
 pub mod cuda_async;
 pub mod cuda_malloc;
+pub mod entry;
 mod free_blocks;
 mod id_map;
-pub mod invariants;
 pub mod managed;
 pub mod options;
 pub mod pytorch;
 pub mod pytorch_config;
-pub mod registry;
 mod sorted_map;
 pub mod spec;
 
-pub use registry::{build, PolicyEntry, PolicyKind, POLICY_NAMES, REGISTRY};
+pub use entry::{PolicyEntry, PolicyKind};
 pub use spec::PolicyContext;
 
 /// Requests of 2^55 bytes (32 PiB) or more fail in every policy, as the real allocators fail
@@ -39,10 +38,21 @@ pub(crate) fn unservable(size: u64, stats: &mut Stats) -> Option<OutOfMemory> {
     Some(OutOfMemory { alloc_size: size })
 }
 
-use crate::engine::device::DeviceMemory;
-use crate::engine::stats::Stats;
-use crate::engine::{Hooks, ReplayState};
-use arrow_array::RecordBatch;
+use crate::device::DeviceMemory;
+use crate::device::Stats;
+
+/// What a policy's constructor boxes it into (each `from_spec` is generic in it): a plain
+/// `Box<dyn Policy>`, or the engine's box, which gives every policy type its own copy of the
+/// row loop (`engine::BoxedPolicy`). The policies so never name the engine above them.
+pub trait FromPolicy {
+    fn from_policy<P: Policy + 'static>(policy: P) -> Self;
+}
+
+impl FromPolicy for Box<dyn Policy> {
+    fn from_policy<P: Policy + 'static>(policy: P) -> Self {
+        Box::new(policy)
+    }
+}
 
 /// One allocation request.
 #[derive(Debug, Clone, Copy)]
@@ -155,14 +165,5 @@ pub trait Policy {
     /// and calls the rest of each segment free).
     fn blocks(&self) -> Option<Vec<BlockInfo>> {
         None
-    }
-
-    /// Replays a batch of trace rows through this policy: the engine's loop
-    /// ([`crate::engine::DeviceReplayer::feed`]). A default method, so that every policy type
-    /// gets its own copy of the loop with static calls to its own methods; not meant to be
-    /// overridden.
-    #[doc(hidden)]
-    fn replay_rows(&mut self, state: &mut ReplayState, batch: &RecordBatch, base: usize, hooks: &mut Hooks<'_>) -> bool {
-        crate::engine::feed_rows(self, state, batch, base, hooks)
     }
 }

@@ -3,7 +3,6 @@
 //! spec. Splitting a spec's options into `(key, value)` items also happens here, with the
 //! registry's error messages ("unknown option 'foo' for bfc; options: ...").
 
-use super::registry::PolicyEntry;
 use super::spec::PolicyContext;
 use crate::error::{Error, Result};
 use crate::units::{parse_capacity, Capacity};
@@ -187,7 +186,9 @@ pub fn parse_device_size(policy: &str, key: &str, value: &str, ctx: &PolicyConte
     let cap = parse_capacity(value).map_err(|e| err(policy, key, format!("{e}")))?;
     match cap {
         Capacity::Bytes(b) => Ok(b),
-        Capacity::Fraction(_) => cap.resolve(ctx.device).map_err(|e| err(policy, key, format!("{e}"))),
+        Capacity::Fraction(_) => {
+            cap.resolve(ctx.device.map(|d| d.index), ctx.device.and_then(|d| d.total_memory)).map_err(|e| err(policy, key, format!("{e}")))
+        }
     }
 }
 
@@ -208,43 +209,6 @@ pub fn split_top_level(s: &str) -> Vec<&str> {
     }
     out.push(&s[start..]);
     out.into_iter().map(str::trim).filter(|t| !t.is_empty()).collect()
-}
-
-/// The options of a spec as `(option name, value)` items, in order, keys checked against the
-/// policy's declared options (aliases mapped to the option's name) and given at most once.
-pub fn items<'a>(entry: &PolicyEntry, options: &'a str) -> Result<Vec<(&'static str, &'a str)>> {
-    let policy = entry.name;
-    let mut out: Vec<(&'static str, &'a str)> = Vec::new();
-    for item in split_top_level(options) {
-        let split = match entry.syntax {
-            Syntax::Conf => item.find(':'),
-            Syntax::KeyValue => item.find(['=', ':']),
-        };
-        let (key, value) = match split {
-            Some(i) => (item[..i].trim(), item[i + 1..].trim()),
-            None if entry.options.is_empty() => {
-                return Err(Error::PolicySpec(format!("{policy}: takes no options, got '{item}'")));
-            }
-            None => {
-                let example = entry.options[0];
-                let sep = if entry.syntax == Syntax::Conf { ":" } else { "=" };
-                return Err(Error::PolicySpec(format!(
-                    "{policy}: option '{item}' has no value (expected KEY{sep}VALUE, e.g. {}{sep}{}); options: {}",
-                    example.name,
-                    example.default.value().or(example.search.first().copied()).unwrap_or("..."),
-                    entry.option_names().join(", ")
-                )));
-            }
-        };
-        let Some(opt) = entry.option(key) else {
-            return Err(entry.unknown_option(key));
-        };
-        if out.iter().any(|(seen, _)| *seen == opt.name) {
-            return Err(Error::PolicySpec(format!("{policy}: option '{}' given twice", opt.name)));
-        }
-        out.push((opt.name, value));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

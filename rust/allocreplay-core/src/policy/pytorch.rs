@@ -7,13 +7,11 @@
 use super::free_blocks::FreeBlocks;
 use super::sorted_map::SortedMap;
 
-use super::options::Syntax;
 use super::pytorch_config::{PytorchConfig, MB};
-use super::registry::{PolicyEntry, PolicyKind};
 use super::spec::PolicyContext;
-use super::{BlockInfo, OutOfMemory, Placement, Policy, Request, SegmentInfo};
-use crate::engine::device::DeviceMemory;
-use crate::engine::stats::Stats;
+use super::{BlockInfo, FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
+use crate::device::DeviceMemory;
+use crate::device::Stats;
 use crate::error::{Error, Result};
 
 /// All sizes are rounded to at least 512 bytes.
@@ -29,22 +27,7 @@ pub const K_ROUND_LARGE: u64 = 2 * MB;
 
 const NONE: u32 = u32::MAX;
 
-/// The registry's entry: `pytorch[:PYTORCH_CUDA_ALLOC_CONF]`, `pytorch:recorded`.
-pub static ENTRY: PolicyEntry = PolicyEntry {
-    name: "pytorch",
-    summary: "PyTorch's CUDA caching allocator under any PYTORCH_CUDA_ALLOC_CONF; pytorch:recorded = the trace's own settings",
-    models: "`DeviceCachingAllocator`, c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.11)",
-    syntax: Syntax::Conf,
-    options: super::pytorch_config::OPTIONS,
-    kind: PolicyKind::Online(from_spec),
-    framework: Some("pytorch"),
-    env: Some("PYTORCH_CUDA_ALLOC_CONF"),
-    bool_words: ("True", "False"),
-    recorded: true,
-    search_excludes: &[],
-};
-
-pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
+pub fn from_spec<B: FromPolicy>(options: &str, ctx: &PolicyContext) -> Result<B> {
     let (config, name) = if options == "recorded" {
         (PytorchConfig::from_recorded(&ctx.metadata.allocator_settings)?, "pytorch:recorded".to_string())
     } else {
@@ -70,7 +53,7 @@ pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> 
         }
         (c, _) => c,
     };
-    Ok(Box::new(CachingAllocator::new(name, config, capacity, total)))
+    Ok(B::from_policy(CachingAllocator::new(name, config, capacity, total)))
 }
 
 /// One cache line per block (64 bytes, aligned): splitting, merging and freeing read a block
@@ -1275,17 +1258,17 @@ mod tests {
         let mut md = TraceMetadata::new("pytorch");
         md.devices = vec![DeviceInfo { index: 0, total_memory: Some(100 * MB), ..Default::default() }];
         let ctx = PolicyContext { metadata: &md, device: md.device(0), capacity: None };
-        let mut p = from_spec("per_process_memory_fraction:0.5", &ctx).unwrap();
+        let mut p = from_spec::<Box<dyn Policy>>("per_process_memory_fraction:0.5", &ctx).unwrap();
         let mut d = DeviceMemory::new(Some(100 * MB));
         p.malloc(&req(0, 40 * MB, 0), &mut d).unwrap();
         // 40 MiB + 20 MiB > 50 MiB = 0.5 x 100 MiB: refused although the device has room.
         assert_eq!(p.malloc(&req(1, 20 * MB, 0), &mut d), Err(OutOfMemory { alloc_size: 20 * MB }));
         // 1.0 is no cap; --capacity wins over the option.
-        let mut p = from_spec("per_process_memory_fraction:1.0", &ctx).unwrap();
+        let mut p = from_spec::<Box<dyn Policy>>("per_process_memory_fraction:1.0", &ctx).unwrap();
         p.malloc(&req(0, 40 * MB, 0), &mut d).unwrap();
         assert!(p.malloc(&req(1, 20 * MB, 0), &mut d).is_ok());
         let ctx = PolicyContext { metadata: &md, device: md.device(0), capacity: Some(30 * MB) };
-        let mut p = from_spec("per_process_memory_fraction:0.5", &ctx).unwrap();
+        let mut p = from_spec::<Box<dyn Policy>>("per_process_memory_fraction:0.5", &ctx).unwrap();
         assert!(p.malloc(&req(0, 40 * MB, 0), &mut DeviceMemory::new(Some(30 * MB))).is_err());
     }
 

@@ -2,8 +2,24 @@
 //! `c10/core/AllocatorConfig.cpp` / `c10/cuda/CUDAAllocatorConfig.cpp`
 //! (`parseArgs`, `parseMaxSplitSize`, `parseRoundUpPower2Divisions`, ...).
 
-use super::options::{self, OptDefault, OptionSpec, OptionType};
+use super::entry::{PolicyEntry, PolicyKind};
+use super::options::{self, OptDefault, OptionSpec, OptionType, Syntax};
 use crate::error::{Error, Result};
+
+/// The registry's entry: `pytorch[:PYTORCH_CUDA_ALLOC_CONF]`, `pytorch:recorded`.
+pub static ENTRY: PolicyEntry = PolicyEntry {
+    name: "pytorch",
+    summary: "PyTorch's CUDA caching allocator under any PYTORCH_CUDA_ALLOC_CONF; pytorch:recorded = the trace's own settings",
+    models: "`DeviceCachingAllocator`, c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.11)",
+    syntax: Syntax::Conf,
+    options: OPTIONS,
+    kind: PolicyKind::Online,
+    framework: Some("pytorch"),
+    env: Some("PYTORCH_CUDA_ALLOC_CONF"),
+    bool_words: ("True", "False"),
+    recorded: true,
+    search_excludes: &[],
+};
 
 pub const MB: u64 = 1024 * 1024;
 /// `kLargeBuffer`: "large" allocations may be packed in 20 MiB blocks.
@@ -137,7 +153,7 @@ impl PytorchConfig {
     /// listing the valid ones.
     pub fn parse(conf: &str) -> Result<Self> {
         let mut c = PytorchConfig::default();
-        for (key, value) in options::items(&super::pytorch::ENTRY, conf)? {
+        for (key, value) in super::entry::items(&ENTRY, conf)? {
             match key {
                 // CUDAAllocatorConfig::parseMaxSplitSize: must be > kLargeBuffer / MB.
                 "max_split_size_mb" => {

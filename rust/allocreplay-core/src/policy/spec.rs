@@ -18,9 +18,6 @@ impl PolicyContext<'_> {
     }
 }
 
-/// The registry's policy names and spec builder, where callers have always found them.
-pub use super::registry::{build, POLICY_NAMES};
-
 /// Splits `NAME:OPTIONS` at the first colon.
 pub fn split_spec(spec: &str) -> (&str, &str) {
     match spec.find(':') {

@@ -77,6 +77,13 @@ impl Action {
     }
 }
 
+/// The events that add a timeline point: the requests replayed (allocs, frees, a recorded OOM
+/// outside the seed).
+pub fn is_timeline_request(action: u8, seed: bool) -> bool {
+    matches!(Action::from_code(action), Some(Action::Alloc | Action::FreeRequested | Action::FreeCompleted))
+        || (action == Action::Oom as u8 && !seed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

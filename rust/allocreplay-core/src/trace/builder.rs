@@ -35,7 +35,7 @@ impl EventRow {
 /// buffers, which a reallocation copies (the system allocator has no in-place `realloc` for
 /// that alignment): an importer pushing a few rows past its estimate copied every column. A
 /// vector grows in place (`mremap`), its pushes are cheaper, and its spare capacity can be
-/// prefaulted (`import::prefault`).
+/// prefaulted (`crate::prefault`).
 pub struct TraceBuilder {
     action: Vec<u8>,
     alloc_id: Vec<u64>,
@@ -110,7 +110,7 @@ impl TraceBuilder {
 
     /// Hands the value vectors' spare capacity to `pf`'s thread to populate, in slots `first`
     /// to `first + 7` (the null masks and flags, an eighth of a byte per row, are left alone).
-    pub(crate) fn prefault(&self, pf: &crate::import::prefault::Prefaulter, first: usize) {
+    pub(crate) fn prefault(&self, pf: &crate::prefault::Prefaulter, first: usize) {
         pf.ahead(first, &self.alloc_id, usize::MAX);
         pf.ahead(first + 1, &self.size, usize::MAX);
         pf.ahead(first + 2, &self.addr, usize::MAX);

@@ -345,7 +345,7 @@ pub fn read_arrow(path: &Path) -> Result<Trace> {
 /// `read_arrow` of a file's bytes (`path` names it in errors).
 pub fn read_arrow_bytes(path: &Path, bytes: Vec<u8>) -> Result<Trace> {
     if !bytes.starts_with(b"ARROW1") {
-        return Err(Error::format(path, crate::import::compression::not_arrow_message(&bytes)));
+        return Err(Error::format(path, crate::magic::not_arrow_message(&bytes)));
     }
     check_ipc_bounds(&bytes).map_err(|m| Error::format(path, format!("corrupt Arrow IPC file: {m}")))?;
     // What the bounds check cannot foresee still must not reach the user as a panic.

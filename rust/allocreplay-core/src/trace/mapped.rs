@@ -25,8 +25,8 @@ use super::check::{EventChecker, SparseIds};
 use super::info::{InfoBuilder, TraceInfo};
 use super::ipc::{check_ipc_bounds, checked_batch, trace_header};
 use super::{Action, Columns, FrameTable, TraceMetadata};
-use crate::engine::is_timeline_request;
 use crate::error::{Error, Result};
+use crate::trace::is_timeline_request;
 
 /// An `.arrow` trace file opened for streaming (see the module's documentation).
 #[derive(Debug)]
@@ -44,7 +44,7 @@ pub struct MappedTrace {
     pub frames: FrameTable,
     info: TraceInfo,
     max_alloc_id: u64,
-    /// Per device: the events that add a timeline point (`engine::is_timeline_request`).
+    /// Per device: the events that add a timeline point (`trace::is_timeline_request`).
     timeline_requests: BTreeMap<i32, usize>,
 }
 
@@ -79,7 +79,7 @@ impl MappedTrace {
         let map = map_file(&file, path)?;
         let bytes: &[u8] = &map;
         if !bytes.starts_with(b"ARROW1") {
-            return Err(Error::format(path, crate::import::compression::not_arrow_message(bytes)));
+            return Err(Error::format(path, crate::magic::not_arrow_message(bytes)));
         }
         check_ipc_bounds(bytes).map_err(|m| Error::format(path, format!("corrupt Arrow IPC file: {m}")))?;
         // The bounds check has parsed the footer and every block's message already: neither

@@ -13,7 +13,7 @@ mod metadata;
 pub mod schema;
 mod tile;
 
-pub use action::Action;
+pub use action::{is_timeline_request, Action};
 pub use builder::{EventRow, TraceBuilder};
 pub use frames::{FrameInterner, FrameTable};
 pub use ipc::{read_arrow, read_arrow_bytes, trace_from_batches, write_arrow, write_arrow_to, TraceFileWriter, WriteError};

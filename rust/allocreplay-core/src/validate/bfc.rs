@@ -13,11 +13,12 @@
 use arrow_array::Array;
 use serde::Serialize;
 
-use crate::engine::{replay_device, DeviceReplay, ReplayOptions};
+use crate::engine::{replay_device, DeviceReplay, DrivenPolicy, ReplayOptions};
 use crate::error::{Error, Result};
 use crate::policy::bfc::Bfc;
 use crate::policy::bfc_config::{recorded_settings, spec_of, BfcSettings, BfcSpec};
-use crate::policy::{self, Policy, PolicyContext};
+use crate::policy::{self, PolicyContext};
+use crate::registry;
 use crate::trace::{Action, Trace};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -91,10 +92,10 @@ pub fn validate_bfc(trace: &Trace, device: i32, spec: Option<&str>) -> Result<Bf
         placements: true,
         device_events: false,
     };
-    let run = |policy: &mut dyn Policy| replay_device(trace, device, policy, &opts);
+    let run = |policy: &mut dyn DrivenPolicy| replay_device(trace, device, policy, &opts);
 
     if let Some(spec) = spec {
-        let mut p = policy::build(spec, &ctx)?;
+        let mut p = registry::build(spec, &ctx)?;
         let r = run(p.as_mut());
         return Ok(compare(trace, device, &r, "given"));
     }

@@ -6,7 +6,8 @@ use serde::Serialize;
 
 use crate::engine::{replay_device, ReplayOptions};
 use crate::error::{Error, Result};
-use crate::policy::{self, PolicyContext};
+use crate::policy::PolicyContext;
+use crate::registry;
 use crate::trace::info::trace_info;
 use crate::trace::{Action, Trace};
 use arrow_array::Array;
@@ -42,7 +43,7 @@ pub struct PytorchValidation {
     pub num_ooms_recorded: Option<u64>,
     pub num_ooms_replayed: u64,
     /// `validate --no-addresses`: the replay placed new segments in the modelled driver
-    /// address space (engine::device::AddressSpace) instead of at the recorded addresses, as
+    /// address space (device::memory::AddressSpace) instead of at the recorded addresses, as
     /// any what-if prediction does; `ok` then asks for the recorded peaks, retries, OOMs and
     /// segment event sizes, not for equal addresses.
     pub no_addresses: bool,
@@ -75,7 +76,7 @@ pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> 
     let dev_info = trace.metadata.device(device);
     let (capacity, device_limit, source) = crate::replay::default_limit(trace, device, None)?;
     let ctx = PolicyContext { metadata: &trace.metadata, device: dev_info, capacity };
-    let mut policy = policy::build("pytorch:recorded", &ctx)?;
+    let mut policy = registry::build("pytorch:recorded", &ctx)?;
     let opts =
         ReplayOptions { capacity: device_limit, recorded_addresses: !no_addresses, timeline: None, placements: true, device_events: true };
     let r = replay_device(trace, device, policy.as_mut(), &opts);

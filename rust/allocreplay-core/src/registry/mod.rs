@@ -1,108 +1,65 @@
 //! The policy registry: every policy `replay --policy` knows, as one static list. Each policy
-//! declares its entry in its own module (name, summary, the upstream it models, its options and
-//! its constructor); [`REGISTRY`] lists them. Spec parsing ([`build`]), [`POLICY_NAMES`], the
-//! command line's help, `allocreplay policies`, docs/policies.md and the error messages all come
-//! from here. Adding a policy = one module with its `ENTRY` + one line in [`REGISTRY`].
+//! declares its entry in its own module (name, summary, the upstream it models, its options:
+//! [`PolicyEntry`]) and a constructor generic in what it boxes the policy into; [`REGISTRY`]
+//! pairs each entry with its constructor, boxed for the engine ([`BoxedPolicy`]). Spec parsing
+//! ([`build`]), [`POLICY_NAMES`], the command line's help, `allocreplay policies`,
+//! docs/policies.md and the error messages all come from here. Adding a policy = one module
+//! with its `ENTRY` and constructor + one line in [`REGISTRY`].
+//!
+//! Above the policies (which never import it back) and the engine (whose row loop each
+//! constructor instantiates for its policy type).
 
+pub mod invariants;
+
+use std::ops::Deref;
 use std::sync::LazyLock;
 
-use super::options::{items, OptionSpec, OptionType, Syntax};
-use super::spec::{split_spec, PolicyContext};
-use super::Policy;
+use crate::engine::BoxedPolicy;
 use crate::error::{Error, Result};
+use crate::policy::entry::items;
+use crate::policy::options::OptionType;
+use crate::policy::spec::split_spec;
+use crate::policy::{bfc, bfc_config, bounds, cuda_async, cuda_malloc, managed, pytorch, pytorch_config};
+pub use crate::policy::{PolicyContext, PolicyEntry, PolicyKind};
 
-/// Builds an online policy from the options part of its spec (after `NAME:`).
-pub type Ctor = fn(&str, &PolicyContext) -> Result<Box<dyn Policy>>;
+/// Builds an online policy from the options part of its spec (after `NAME:`), boxed for the
+/// engine.
+pub type Ctor = fn(&str, &PolicyContext) -> Result<BoxedPolicy>;
 
-/// What replaying an entry means.
-#[derive(Clone, Copy)]
-pub enum PolicyKind {
-    /// An allocator that sees requests in order (`Policy`).
-    Online(Ctor),
-    /// A bound computed knowing every lifetime first (`ideal`, `offline`): replayed by
-    /// [`crate::offline::plan_trace`], not a `Policy`.
-    OfflineBound,
-}
-
-impl std::fmt::Debug for PolicyKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl PolicyKind {
-    pub fn name(&self) -> &'static str {
-        match self {
-            PolicyKind::Online(_) => "online",
-            PolicyKind::OfflineBound => "offline-bound",
-        }
-    }
-}
-
-/// One policy of the registry.
+/// One policy of the registry: its entry (dereferences to it) and, for an online policy, its
+/// constructor.
 #[derive(Debug)]
-pub struct PolicyEntry {
-    pub name: &'static str,
-    /// One line.
-    pub summary: &'static str,
-    /// The upstream code it mirrors.
-    pub models: &'static str,
-    pub syntax: Syntax,
-    pub options: &'static [OptionSpec],
-    pub kind: PolicyKind,
-    /// The framework whose settings it models, for `tune --framework` (`pytorch`, `tf`, `jax`).
-    pub framework: Option<&'static str>,
-    /// One environment variable that takes the whole options string
-    /// (`PYTORCH_CUDA_ALLOC_CONF`); otherwise options name their own ([`OptionSpec::env`]).
-    pub env: Option<&'static str>,
-    /// How the framework writes booleans (`True`/`False` for PyTorch, `true`/`false` else).
-    pub bool_words: (&'static str, &'static str),
-    /// Accepts `NAME:recorded` (the settings the trace recorded).
-    pub recorded: bool,
-    /// Pairs of options a search never sets together.
-    pub search_excludes: &'static [(&'static str, &'static str)],
+pub struct Registered {
+    pub entry: &'static PolicyEntry,
+    ctor: Option<Ctor>,
 }
 
-impl PolicyEntry {
-    /// The option named `key` (or one of its aliases).
-    pub fn option(&self, key: &str) -> Option<&'static OptionSpec> {
-        self.options.iter().find(|o| o.name == key || o.aliases.contains(&key))
+impl Deref for Registered {
+    type Target = PolicyEntry;
+    fn deref(&self) -> &PolicyEntry {
+        self.entry
     }
+}
 
-    pub fn option_names(&self) -> Vec<&'static str> {
-        self.options.iter().map(|o| o.name).collect()
-    }
+const fn online(entry: &'static PolicyEntry, ctor: Ctor) -> Registered {
+    Registered { entry, ctor: Some(ctor) }
+}
 
-    pub fn unknown_option(&self, key: &str) -> Error {
-        if self.options.is_empty() {
-            Error::PolicySpec(format!("unknown option '{key}' for {}; it takes no options", self.name))
-        } else {
-            Error::PolicySpec(format!("unknown option '{key}' for {}; options: {}", self.name, self.option_names().join(", ")))
-        }
-    }
-
-    /// The `name:options` spec of some option values (in the policy's syntax).
-    pub fn spec(&self, values: &[(&str, &str)]) -> String {
-        if values.is_empty() {
-            return self.name.to_string();
-        }
-        let sep = if self.syntax == Syntax::Conf { ":" } else { "=" };
-        let opts: Vec<String> = values.iter().map(|(k, v)| format!("{k}{sep}{v}")).collect();
-        format!("{}:{}", self.name, opts.join(","))
-    }
+const fn bound(entry: &'static PolicyEntry) -> Registered {
+    Registered { entry, ctor: None }
 }
 
 /// Every policy, in the order `--help` and the docs list them.
-pub static REGISTRY: &[&PolicyEntry] = &[
-    &super::pytorch::ENTRY,
-    &super::bfc_config::BFC,
-    &super::bfc_config::TF,
-    &super::bfc_config::JAX,
-    &super::cuda_async::ENTRY,
-    &super::cuda_malloc::ENTRY,
-    &super::managed::ENTRY,
-    &super::bounds::IDEAL,
-    &super::bounds::OFFLINE,
+pub static REGISTRY: &[Registered] = &[
+    online(&pytorch_config::ENTRY, pytorch::from_spec),
+    online(&bfc_config::BFC, bfc::build_bfc),
+    online(&bfc_config::TF, bfc::build_tf),
+    online(&bfc_config::JAX, bfc::build_jax),
+    online(&cuda_async::ENTRY, cuda_async::from_spec),
+    online(&cuda_malloc::ENTRY, cuda_malloc::from_spec),
+    online(&managed::ENTRY, managed::from_spec),
+    bound(&bounds::IDEAL),
+    bound(&bounds::OFFLINE),
 ];
 
 /// The names of [`REGISTRY`], for error messages and `--help`.
@@ -110,9 +67,12 @@ pub static POLICY_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| REGISTRY
 
 /// The entry of a policy name.
 pub fn lookup(name: &str) -> Result<&'static PolicyEntry> {
+    registered(name).map(|r| r.entry)
+}
+
+fn registered(name: &str) -> Result<&'static Registered> {
     REGISTRY
         .iter()
-        .copied()
         .find(|e| e.name == name)
         .ok_or_else(|| Error::PolicySpec(format!("unknown policy '{name}'; known policies: {}", POLICY_NAMES.join(", "))))
 }
@@ -124,11 +84,12 @@ pub fn parse(spec: &str) -> Result<(&'static PolicyEntry, &str)> {
 }
 
 /// Builds the online policy of a spec for one device.
-pub fn build(spec: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {
-    let (entry, options) = parse(spec)?;
-    match entry.kind {
-        PolicyKind::Online(ctor) => ctor(options, ctx),
-        PolicyKind::OfflineBound => Err(Error::PolicySpec(format!(
+pub fn build(spec: &str, ctx: &PolicyContext) -> Result<BoxedPolicy> {
+    let (name, options) = split_spec(spec);
+    let entry = registered(name)?;
+    match entry.ctor {
+        Some(ctor) => ctor(options, ctx),
+        None => Err(Error::PolicySpec(format!(
             "'{}' is an offline bound ({}), not an allocator: `replay` reports it, but it makes no decisions to build or validate",
             entry.name, entry.summary
         ))),
@@ -149,7 +110,7 @@ pub fn env_text(spec: &str) -> Result<String> {
     let norm = |k: &str, v: &str| -> Result<String> {
         let opt = entry.option(k).expect("items() checked the keys");
         Ok(if opt.ty == OptionType::Bool {
-            let b = super::options::parse_bool(entry.name, k, v)?;
+            let b = crate::policy::options::parse_bool(entry.name, k, v)?;
             (if b { entry.bool_words.0 } else { entry.bool_words.1 }).to_string()
         } else {
             v.to_string()
@@ -186,8 +147,8 @@ pub fn env_text(spec: &str) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::options::{OptDefault, FALSE_WORDS, TRUE_WORDS};
     use super::*;
+    use crate::policy::options::{OptDefault, FALSE_WORDS, TRUE_WORDS};
     use crate::trace::{DeviceInfo, TraceMetadata};
 
     fn metadata(source: &str) -> TraceMetadata {
@@ -201,8 +162,8 @@ mod tests {
         let ctx = PolicyContext { metadata: md, device: md.device(0), capacity: Some(64 << 30) };
         let (entry, options) = parse(spec)?;
         match entry.kind {
-            PolicyKind::Online(_) => build(spec, &ctx).map(|_| ()),
-            PolicyKind::OfflineBound => super::super::bounds::alignment(entry, options).map(|_| ()),
+            PolicyKind::Online => build(spec, &ctx).map(|_| ()),
+            PolicyKind::OfflineBound => bounds::alignment(entry, options).map(|_| ()),
         }
     }
 
@@ -236,8 +197,8 @@ mod tests {
     #[test]
     fn an_option_at_its_default_value_changes_nothing() {
         // The spec with the default written out parses to the same settings as the bare name.
-        use super::super::bfc_config::{parse_bfc, parse_jax, parse_tf};
-        use super::super::pytorch_config::PytorchConfig;
+        use crate::policy::bfc_config::{parse_bfc, parse_jax, parse_tf};
+        use crate::policy::pytorch_config::PytorchConfig;
         let md = metadata("xplane");
         let ctx = PolicyContext { metadata: &md, device: md.device(0), capacity: Some(64 << 30) };
         for e in REGISTRY {

@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{build, PolicyContext, Request};
-use crate::engine::device::DeviceMemory;
-use crate::engine::stats::Stats;
+use super::build;
+use crate::device::DeviceMemory;
+use crate::device::Stats;
+use crate::policy::{PolicyContext, Request};
 use crate::trace::{DeviceInfo, TraceMetadata};
 
 /// One step of a request stream. Frees name the `k`-th live allocation (modulo their count),
