@@ -2,7 +2,9 @@
 # tests. Needs Rust (cargo; cargo-nextest if present) and Python >= 3.10 with venv.
 
 PYTHON ?= python3
-VENV ?= .venv
+# Not the README's .venv: `pip install .` there installs the release wheel for users' commands,
+# `make test` the dev build beside the sources; neither replaces the other.
+VENV ?= .venv-dev
 VENV_ABS := $(abspath $(VENV))
 PY := $(VENV_ABS)/bin/python
 
