@@ -196,7 +196,8 @@ impl<'p> DeviceReplayer<'p> {
     }
 
     /// Replays the rows of `batch`, whose first row is event `base` of the trace. Returns false
-    /// once `hooks.stop_after` is reached (the rows after it are not replayed).
+    /// once `hooks.stop_after` is reached (the rows after it are not replayed), or once the
+    /// call was cancelled (`crate::cancel`: then the caller's result is `Error::Cancelled`).
     pub fn feed(&mut self, batch: &RecordBatch, base: usize, hooks: &mut Hooks<'_>) -> bool {
         self.policy.replay_rows(&mut self.state, batch, base, hooks)
     }
@@ -260,6 +261,11 @@ pub(crate) fn feed_rows<P: Policy + ?Sized>(
             p.fetch_add((end - at) as u64, Ordering::Relaxed);
         }
         at = end;
+        // Asked to stop (Ctrl-C, `cancel`): the replay ends here; its caller returns
+        // `Error::Cancelled` rather than the partial result.
+        if at < stop && crate::cancel::requested() {
+            return false;
+        }
     }
     // The open bucket's last event is in this batch: its time, before the batch goes.
     if let Some(t) = st.timeline.as_mut() {
