@@ -29,7 +29,7 @@ SRC = ROOT / "rust" / "allocreplay-core" / "src"
 # Bottom first. A module may use modules of lower layers only (docs/architecture.md says why).
 LAYERS: list[list[str]] = [
     ["error", "test_rng"],
-    ["units", "huge_pages", "prefault", "magic"],
+    ["units", "huge_pages", "prefault", "magic", "cancel"],
     ["trace"],
     ["device", "import"],
     ["offline"],
@@ -57,13 +57,23 @@ def module_path(file: Path) -> tuple[str, ...]:
     return tuple(parts)
 
 
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_STRING = re.compile(r'r#*"(?:.|\n)*?"#*|b?"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])\'')
+# One pass, so that a `//` inside a string is not a comment and a quote inside a comment is not
+# a string: raw strings, strings, char literals (not lifetimes), line and block comments.
+_TOKENS = re.compile(
+    r'(?P<s>r(?P<h>#*)"(?:.|\n)*?"(?P=h)|b?"(?:\\.|[^"\\])*")'
+    r"|(?P<c>b?'(?:\\.|[^'\\\n])')"
+    r"|(?P<x>//[^\n]*|/\*.*?\*/)",
+    re.S,
+)
+
+
+def _blank(m: re.Match[str]) -> str:
+    return '""' if m.group("s") else "' '" if m.group("c") else ""
 
 
 def code_only(text: str) -> str:
     """The text without comments, string and char literals and ``#[cfg(test)]`` items."""
-    text = _STRING.sub('""', _COMMENT.sub("", text))
+    text = _TOKENS.sub(_blank, text)
     out, i = [], 0
     for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{", text):
         if m.start() < i:

@@ -32,7 +32,7 @@ def test_the_checker_sees_an_upward_use_and_a_loop(tmp_path, monkeypatch):
     (src / "trace").mkdir(parents=True)
     (src / "engine").mkdir()
     (src / "lib.rs").write_text("pub mod trace;\npub mod engine;\n")
-    (src / "trace" / "mod.rs").write_text("mod a;\n// use crate::engine::Fake;\nuse crate::engine::{x::{Y}};\n")
+    (src / "trace" / "mod.rs").write_text('mod a;\n// use crate::engine::Fake;\nconst U: &str = "http://x"; use crate::engine::{x::{Y}};\n')
     (src / "trace" / "a.rs").write_text("fn f() { super::b::g() }\n")
     (src / "trace" / "b.rs").write_text("fn g() { crate::trace::a::f() }\n")
     (src / "engine" / "mod.rs").write_text('const S: &str = "crate::policy::X";\n#[cfg(test)]\nmod tests { use crate::replay::X; }\n')

@@ -133,10 +133,10 @@ def limits(trace: Trace | str | os.PathLike[str], capacity: str | float | None =
     ``device``, ``capacity_bytes`` (null: unlimited), ``capacity_source`` (``--capacity``,
     ``recorded_cap``, ``device_total_minus_cuda_context``, ``device_total``, ``unlimited``).
 
-    Computed by the core's one rule (``replay::default_limit``: ``capacity`` when given, else the
-    recorded run's cap, else for a PyTorch trace the device's memory minus the CUDA context's
-    share, else the device's memory), read from a replay's summary: what ``replay``,
-    ``compare``, ``report``, ``tune`` and every function of this module use."""
+    Computed by the core's one rule (``replay::metadata_limit``: ``capacity`` when given, else a
+    PyTorch trace's recorded cap, else for a PyTorch trace the device's memory minus the CUDA
+    context's share, else the device's memory, else no limit), read from a replay's summary: what
+    ``replay``, ``compare``, ``report``, ``tune`` and every function of this module use."""
     t = _trace(trace)
     # `ideal` (the live bytes) builds no allocator, so it runs on every trace, and fast.
     s = _api.replay(t, ["ideal"], capacity, timeline_points=1, placements=False).summary

@@ -97,11 +97,12 @@ def replay(
     ``"pytorch:expandable_segments:True"``...).
 
     ``capacity``: bytes (int), a size (``"80GiB"``, ``"16GB"``) or a fraction of the device's
-    recorded memory (``0.5``); default: the limit the recorded run had — its
-    ``set_per_process_memory_fraction`` cap when the trace records one, else (PyTorch) the
-    device's memory minus the CUDA context's share. The summary's ``capacity_source`` says which
-    (``--capacity``, ``recorded_cap``, ``device_total_minus_cuda_context``, ``device_total``,
-    ``unlimited``).
+    recorded memory (``0.5``); default: the limit the recorded run had (the core's
+    ``replay::metadata_limit``) — for a PyTorch trace its ``set_per_process_memory_fraction`` cap
+    when it recorded one, else the device's memory minus the CUDA context's share; for other
+    traces the device's total memory; unlimited when the trace records no device memory. The
+    summary's ``capacity_source`` says which (``--capacity``, ``recorded_cap``,
+    ``device_total_minus_cuda_context``, ``device_total``, ``unlimited``).
 
     Given the path of a large ``.arrow`` file (``STREAM_MIN_BYTES``), the file is streamed from
     its memory map rather than loaded: a trace of any length replays in the memory of the

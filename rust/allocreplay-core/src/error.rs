@@ -45,6 +45,11 @@ pub enum Error {
     /// The trace is well formed but inconsistent (a free of an unknown allocation id, ...).
     #[error("{0}")]
     Replay(String),
+
+    /// The call was asked to stop (`cancel::Cancel::cancel`: Ctrl-C in the Python bindings,
+    /// which raise `KeyboardInterrupt`); its partial results are dropped.
+    #[error("cancelled")]
+    Cancelled,
 }
 
 impl Error {

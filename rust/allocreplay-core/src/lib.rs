@@ -5,6 +5,7 @@
 #![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod analysis;
+pub mod cancel;
 pub mod device;
 pub mod engine;
 pub mod error;

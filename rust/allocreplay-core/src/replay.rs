@@ -205,7 +205,9 @@ impl<'a> Source<'a> {
                 let mut r = DeviceReplayer::new(device, policy, opts, t.max_alloc_id(), t.timeline_requests(device));
                 for b in t.batches()? {
                     let (base, batch) = b?;
-                    r.feed(&batch, base, hooks);
+                    if !r.feed(&batch, base, hooks) {
+                        break;
+                    }
                 }
                 Ok(r.finish())
             }
@@ -246,6 +248,9 @@ fn run_jobs(source: Source<'_>, req: &ReplayRequest, factory: &PolicyFactory, pr
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<Run>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let work = || loop {
+        if crate::cancel::requested() {
+            break;
+        }
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(Job { spec, device: d, explicit, limit, source: capacity_source, error }) = jobs.get(i) else { break };
         if let Some(e) = error {
@@ -287,8 +292,10 @@ fn run_jobs(source: Source<'_>, req: &ReplayRequest, factory: &PolicyFactory, pr
     if threads == 1 {
         work();
     } else {
+        // The workers run under the caller's cancellation token (`crate::cancel`).
+        let token = crate::cancel::current();
         std::thread::scope(|s| {
-            let workers: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+            let workers: Vec<_> = (0..threads).map(|_| s.spawn(|| crate::cancel::within(token.as_ref(), work))).collect();
             // A worker's panic (a bug) goes on with its own payload: left to the scope, it
             // would become "a scoped thread panicked", and the bindings' internal error would
             // lose what went wrong.
@@ -303,6 +310,8 @@ fn run_jobs(source: Source<'_>, req: &ReplayRequest, factory: &PolicyFactory, pr
             }
         });
     }
+    // Cancelled: jobs were cut short or never ran; nothing partial is returned.
+    crate::cancel::check()?;
     results.into_inner().unwrap().into_iter().map(|r| r.expect("every job ran")).collect()
 }
 

@@ -47,6 +47,9 @@ pub fn sweep(traces: &[&Trace], specs: &[String], capacity: Option<Capacity>, th
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<Outcome>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let work = || loop {
+        if crate::cancel::requested() {
+            break;
+        }
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(&(t, s)) = jobs.get(i) else { break };
         let req = ReplayRequest { policies: vec![specs[s].clone()], capacity, timeline_points: 1, placements: false, threads: 1 };
@@ -61,13 +64,17 @@ pub fn sweep(traces: &[&Trace], specs: &[String], capacity: Option<Capacity>, th
         };
         results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(outcome);
     };
+    // The workers run under the caller's cancellation token (`crate::cancel`).
+    let token = crate::cancel::current();
     quiet_panics(|| {
         std::thread::scope(|sc| {
             for _ in 0..threads {
-                sc.spawn(work);
+                sc.spawn(|| crate::cancel::within(token.as_ref(), work));
             }
         })
     });
+    // Cancelled: jobs were cut short or never ran; nothing partial is returned.
+    crate::cancel::check()?;
     let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     let mut runs: Vec<Run> = Vec::new();
     let (mut setting, mut trace_index) = (Vec::new(), Vec::new());

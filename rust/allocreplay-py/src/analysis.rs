@@ -64,7 +64,7 @@ fn load_progress(
     p.done.store(0, Ordering::Relaxed);
     p.total.store(0, Ordering::Relaxed);
     guard(|| {
-        let t = py.detach(move || import::load_with_progress(&path, &opts, Some(&p)))?;
+        let t = crate::interrupt::detach(py, move || import::load_with_progress(&path, &opts, Some(&p)))?;
         Ok(PyTrace { inner: Arc::new(t) })
     })
 }
@@ -88,7 +88,7 @@ fn replay_progress(
         let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
         p.done.store(0, Ordering::Relaxed);
         p.total.store(core_replay::progress_total(&t, &req), Ordering::Relaxed);
-        let batches = py.detach(move || {
+        let batches = crate::interrupt::detach(py, move || {
             core_replay::replay_with_progress(&t, &req, &|spec, ctx| allocreplay_core::registry::build(spec, ctx), Some(&p.done)).map(
                 |runs| {
                     (
@@ -132,7 +132,7 @@ fn replay_file(
             p.done.store(0, Ordering::Relaxed);
             p.total.store(0, Ordering::Relaxed);
         }
-        let (batches, info) = py.detach(move || -> allocreplay_core::error::Result<_> {
+        let (batches, info) = crate::interrupt::detach(py, move || -> allocreplay_core::error::Result<_> {
             let trace = allocreplay_core::trace::MappedTrace::open(&path)?;
             if let Some(p) = &p {
                 p.total.store(core_replay::progress_total_mapped(&trace, &req), Ordering::Relaxed);
@@ -176,7 +176,7 @@ fn state_at(
         let at = At::parse(at)?;
         let capacity = capacity.map(units::parse_capacity).transpose()?;
         let req = StateRequest { policy, capacity, at, history };
-        let b = py.detach(move || {
+        let b = crate::interrupt::detach(py, move || {
             analysis::state_at(&t, &req).map(|states| {
                 let h = if history {
                     allocreplay_core::export::history_batch(&t, &states)
@@ -217,7 +217,7 @@ fn trace_from_arrow(py: Python<'_>, data: Bound<'_, PyAny>, origin: String, leni
             reader.collect::<Result<_, _>>().map_err(|e| Error::format(&origin_path, format!("corrupt Arrow record batch: {e}")))?;
         // The same checks as every load (`trace::check`, strict): a trace built in Python
         // replays only if its file would load.
-        let t = py.detach(move || {
+        let t = crate::interrupt::detach(py, move || {
             let t = allocreplay_core::trace::trace_from_batches(schema, batches, &origin_path)?;
             allocreplay_core::trace::check::check_trace(t, &origin_path, lenient)
         })?;

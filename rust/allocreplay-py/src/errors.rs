@@ -137,7 +137,7 @@ fn internal_error(py: Python<'_>, panic_message: &str) -> PyErr {
 #[pyfunction]
 #[pyo3(name = "_debug_panic")]
 pub fn debug_panic(py: Python<'_>, message: String) -> BindingResult<()> {
-    guard(|| py.detach(move || -> BindingResult<()> { panic!("{message}") }))
+    guard(|| crate::interrupt::detach(py, move || -> Result<(), Error> { panic!("{message}") }))
 }
 
 /// The class of `allocreplay.errors` a core error is raised as.
@@ -152,12 +152,19 @@ fn class_name(e: &Error) -> &'static str {
         Error::PolicySpec(_) => "PolicySpecError",
         Error::InvalidArgument(_) | Error::InvalidInput { .. } => "InvalidArgumentError",
         Error::Replay(_) => "ReplayError",
+        // Not raised as a class of allocreplay.errors: `core_error` raises KeyboardInterrupt.
+        Error::Cancelled => "AllocReplayError",
     }
 }
 
 /// The exception for a core error: its message, `.path` (the file concerned, or None) and,
 /// for I/O errors, `.errno`.
 fn core_error(py: Python<'_>, e: Error) -> PyErr {
+    if let Error::Cancelled = e {
+        // A call stopped by its cancellation token: the work of Ctrl-C (`interrupt::detach`
+        // raises the signal handler's own exception; this is for a cancellation seen otherwise).
+        return pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled");
+    }
     let message = e.to_string();
     let path = match &e {
         Error::Io { path, .. }
@@ -166,7 +173,7 @@ fn core_error(py: Python<'_>, e: Error) -> PyErr {
         | Error::UnknownFormat { path, .. }
         | Error::Schema { path, .. }
         | Error::InvalidInput { path, .. } => Some(path.display().to_string()),
-        Error::PolicySpec(_) | Error::InvalidArgument(_) | Error::Replay(_) => None,
+        Error::PolicySpec(_) | Error::InvalidArgument(_) | Error::Replay(_) | Error::Cancelled => None,
     };
     let errno = match &e {
         Error::Io { source, .. } => source.raw_os_error(),

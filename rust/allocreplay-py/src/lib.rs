@@ -10,6 +10,7 @@ mod arrow;
 mod convert;
 mod errors;
 mod info;
+mod interrupt;
 mod plan;
 mod registry;
 mod replay;

@@ -19,7 +19,7 @@ use crate::trace::PyTrace;
 #[pyfunction]
 pub fn plan(py: Python<'_>, path: PathBuf) -> BindingResult<Py<PyTable>> {
     guard(|| {
-        let batch = py.detach(move || plan_dump(&path).map(|plans| tables::plans_batch(&plans)))?;
+        let batch = crate::interrupt::detach(py, move || plan_dump(&path).map(|plans| tables::plans_batch(&plans)))?;
         Ok(PyTable::new(py, batch)?)
     })
 }
@@ -31,7 +31,7 @@ pub fn plan(py: Python<'_>, path: PathBuf) -> BindingResult<Py<PyTable>> {
 pub fn offline(py: Python<'_>, trace: &PyTrace, alignment: u64) -> BindingResult<Py<PyTable>> {
     let t = Arc::clone(&trace.inner);
     guard(|| {
-        let batch = py.detach(move || {
+        let batch = crate::interrupt::detach(py, move || {
             t.devices().into_iter().map(|d| plan_trace(&t, d, alignment)).collect::<Result<Vec<_>, _>>().map(|r| tables::offline_batch(&r))
         })?;
         Ok(PyTable::new(py, batch)?)
@@ -46,7 +46,7 @@ pub fn offline(py: Python<'_>, trace: &PyTrace, alignment: u64) -> BindingResult
 #[pyo3(signature = (path, program=None, calls=3))]
 pub fn xla_runtime_trace(py: Python<'_>, path: PathBuf, program: Option<String>, calls: usize) -> BindingResult<PyTrace> {
     let t = guard(|| {
-        Ok(py.detach(move || {
+        Ok(crate::interrupt::detach(py, move || {
             let programs = load_dump(&path)?;
             let temp = |p: &XlaProgram| -> i64 { p.allocations.iter().filter(|a| a.is_preallocated_temp()).map(|a| a.size).sum() };
             let chosen = match &program {

@@ -40,7 +40,7 @@ pub fn replay(
     guard(|| {
         let capacity = capacity.map(units::parse_capacity).transpose()?;
         let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
-        let (summary, timeline, segments, placements) = py.detach(move || {
+        let (summary, timeline, segments, placements) = crate::interrupt::detach(py, move || {
             core_replay::replay(&t, &req).map(|runs| {
                 (
                     core_replay::summary_batch(&runs),

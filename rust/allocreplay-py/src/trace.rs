@@ -60,7 +60,7 @@ impl PyTrace {
     /// `allocreplay info`'s numbers.
     fn info(&self, py: Python<'_>) -> BindingResult<TraceInfo> {
         let t = Arc::clone(&self.inner);
-        guard(|| Ok(TraceInfo { inner: py.detach(move || trace_info(&t)) }))
+        guard(|| Ok(TraceInfo { inner: crate::interrupt::detach(py, move || Ok(trace_info(&t)))? }))
     }
 
     /// Writes the trace as an `.arrow` file, atomically. `device`: keep only that device's
@@ -70,7 +70,7 @@ impl PyTrace {
         let patch = metadata.map(|m| crate::convert::from_py(m.as_any())).transpose()?;
         let t = Arc::clone(&self.inner);
         guard(|| {
-            py.detach(move || {
+            crate::interrupt::detach(py, move || {
                 let derived = derive(&t, device, patch.as_ref())?;
                 write_arrow(derived.as_ref().unwrap_or(&t), &path)
             })?;
@@ -82,7 +82,7 @@ impl PyTrace {
     fn ipc_bytes<'py>(&self, py: Python<'py>) -> BindingResult<Bound<'py, PyBytes>> {
         let t = Arc::clone(&self.inner);
         guard(|| {
-            let bytes = py.detach(move || {
+            let bytes = crate::interrupt::detach(py, move || {
                 let mut buf = Vec::new();
                 write_arrow_to(&t, &mut buf).map(|()| buf).map_err(|e| match e {
                     WriteError::Io(e) => Error::Replay(format!("writing the trace: {e}")),
@@ -112,7 +112,7 @@ fn derive(trace: &Trace, device: Option<i32>, patch: Option<&serde_json::Value>)
 #[pyfunction]
 pub fn info_file<'py>(py: Python<'py>, path: PathBuf) -> BindingResult<(TraceInfo, Bound<'py, PyAny>)> {
     guard(|| {
-        let t = py.detach(move || allocreplay_core::trace::MappedTrace::open(&path))?;
+        let t = crate::interrupt::detach(py, move || allocreplay_core::trace::MappedTrace::open(&path))?;
         let metadata = crate::convert::to_py(py, &serde_json::to_value(&t.metadata).expect("metadata serializes"))?;
         Ok((TraceInfo { inner: t.info().clone() }, metadata))
     })
@@ -125,7 +125,7 @@ pub fn info_file<'py>(py: Python<'py>, path: PathBuf) -> BindingResult<(TraceInf
 pub fn load(py: Python<'_>, path: PathBuf, meta: Option<PathBuf>, allocator: Option<String>, lenient: bool) -> BindingResult<PyTrace> {
     let opts = ImportOptions { meta, allocator, lenient };
     guard(|| {
-        let t = py.detach(move || import::load(&path, &opts))?;
+        let t = crate::interrupt::detach(py, move || import::load(&path, &opts))?;
         Ok(PyTrace { inner: Arc::new(t) })
     })
 }

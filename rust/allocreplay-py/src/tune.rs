@@ -28,7 +28,7 @@ fn sweep(
     let shared: Vec<Arc<allocreplay_core::Trace>> = traces.iter().map(|t| t.inner.clone()).collect();
     guard(|| {
         let capacity = capacity.map(units::parse_capacity).transpose()?;
-        let batch = py.detach(move || {
+        let batch = crate::interrupt::detach(py, move || {
             let refs: Vec<&allocreplay_core::Trace> = shared.iter().map(|t| t.as_ref()).collect();
             allocreplay_core::tune::sweep(&refs, &specs, capacity, threads)
         })?;
@@ -41,7 +41,7 @@ fn sweep(
 fn tile(py: Python<'_>, trace: &PyTrace, n: usize) -> BindingResult<PyTrace> {
     let t = trace.inner.clone();
     guard(|| {
-        let tiled = py.detach(move || core_tile(&t, n))?;
+        let tiled = crate::interrupt::detach(py, move || core_tile(&t, n))?;
         Ok(PyTrace { inner: Arc::new(tiled) })
     })
 }
@@ -52,7 +52,7 @@ fn tile(py: Python<'_>, trace: &PyTrace, n: usize) -> BindingResult<PyTrace> {
 #[pyo3(signature = (trace, n, path, batch_rows=1048576))]
 fn tile_file(py: Python<'_>, trace: &PyTrace, n: usize, path: std::path::PathBuf, batch_rows: usize) -> BindingResult<u64> {
     let t = trace.inner.clone();
-    guard(|| Ok(py.detach(move || allocreplay_core::trace::tile_to_file(&t, n, &path, batch_rows))?))
+    guard(|| Ok(crate::interrupt::detach(py, move || allocreplay_core::trace::tile_to_file(&t, n, &path, batch_rows))?))
 }
 
 /// Adds the functions to `_core`.

@@ -86,7 +86,7 @@ typed_result!(
 pub fn validate(py: Python<'_>, trace: &PyTrace, no_addresses: bool) -> BindingResult<Vec<Py<PyAny>>> {
     let t = Arc::clone(&trace.inner);
     guard(|| {
-        let reports = py.detach(move || core_validate::validate_trace_with(&t, no_addresses))?;
+        let reports = crate::interrupt::detach(py, move || core_validate::validate_trace_with(&t, no_addresses))?;
         let mut out = Vec::with_capacity(reports.len());
         for r in reports {
             out.push(match r {
@@ -106,7 +106,7 @@ pub fn validate(py: Python<'_>, trace: &PyTrace, no_addresses: bool) -> BindingR
 pub fn validate_bfc(py: Python<'_>, trace: &PyTrace, device: Option<i32>, policy: Option<String>) -> BindingResult<BfcValidationReport> {
     let t = Arc::clone(&trace.inner);
     guard(|| {
-        let inner = py.detach(move || {
+        let inner = crate::interrupt::detach(py, move || {
             let device = device.or_else(|| t.devices().first().copied()).unwrap_or(0);
             core_validate::bfc::validate_bfc(&t, device, policy.as_deref())
         })?;

@@ -132,6 +132,7 @@ pub fn state_at(trace: &Trace, req: &StateRequest) -> Result<Vec<State>> {
                 let mut p = registry::build(&req.policy, &ctx)?;
                 let mut hooks = Hooks::default();
                 let r = replay_device_hooked(trace, d, p.as_mut(), &opts, &mut hooks);
+                crate::cancel::check()?;
                 match at {
                     At::PeakReserved => hooks.peak_reserved_event,
                     At::PeakAllocated => hooks.peak_allocated_event,
@@ -147,6 +148,7 @@ pub fn state_at(trace: &Trace, req: &StateRequest) -> Result<Vec<State>> {
         let opts = ReplayOptions { placements: true, device_events: req.history, ..opts };
         let mut hooks = Hooks { stop_after: event, ..Default::default() };
         let r = replay_device_hooked(trace, d, p.as_mut(), &opts, &mut hooks);
+        crate::cancel::check()?;
         let event = event.unwrap_or(trace.num_events().saturating_sub(1));
         let live = live_allocations(trace, d, event, &r.placements);
         let segments = p.segments();

@@ -89,8 +89,7 @@ pub struct Hooks<'a> {
     pub peak_allocated_event: Option<usize>,
 }
 
-/// Rows between two bumps of [`Hooks::progress`]: rare enough not to slow the loop.
-pub const PROGRESS_EVERY: usize = 1 << 14;
+pub use crate::cancel::PROGRESS_EVERY;
 
 /// A policy the engine drives: every [`Policy`] is one. The blanket impl gives each policy type
 /// its own copy of the row loop ([`feed_rows`]), whose calls to `malloc`, `free_*` and `stats`
@@ -206,7 +205,8 @@ impl<'p> DeviceReplayer<'p> {
     }
 
     /// Replays the rows of `batch`, whose first row is event `base` of the trace. Returns false
-    /// once `hooks.stop_after` is reached (the rows after it are not replayed).
+    /// once `hooks.stop_after` is reached (the rows after it are not replayed), or once the
+    /// call was cancelled (`crate::cancel`: then the caller's result is `Error::Cancelled`).
     pub fn feed(&mut self, batch: &RecordBatch, base: usize, hooks: &mut Hooks<'_>) -> bool {
         self.policy.replay_rows(&mut self.state, batch, base, hooks)
     }
@@ -264,6 +264,11 @@ fn feed_rows<P: Policy + ?Sized>(policy: &mut P, st: &mut ReplayState, batch: &R
             p.fetch_add((end - at) as u64, Ordering::Relaxed);
         }
         at = end;
+        // Asked to stop (Ctrl-C, `cancel`): the replay ends here; its caller returns
+        // `Error::Cancelled` rather than the partial result.
+        if at < stop && crate::cancel::requested() {
+            return false;
+        }
     }
     // The open bucket's last event is in this batch: its time, before the batch goes.
     if let Some(t) = st.timeline.as_mut() {

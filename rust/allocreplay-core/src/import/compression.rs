@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 
-/// A reader that counts the bytes taken from it into a progress counter, every 1 MiB.
+/// A reader that counts the bytes taken from it into a progress counter, every 1 MiB; there
+/// too it looks at the call's cancellation token (`crate::cancel`: an error, which
+/// [`decompress_slice`] returns as `Error::Cancelled`).
 struct Counted<'a, R> {
     inner: R,
     progress: Option<&'a AtomicU64>,
@@ -20,11 +22,14 @@ struct Counted<'a, R> {
 impl<R: Read> Read for Counted<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        if let Some(p) = self.progress {
-            self.pending += n as u64;
-            if self.pending >= 1 << 20 || n == 0 {
+        self.pending += n as u64;
+        if self.pending >= 1 << 20 || n == 0 {
+            if let Some(p) = self.progress {
                 p.fetch_add(self.pending, Ordering::Relaxed);
-                self.pending = 0;
+            }
+            self.pending = 0;
+            if crate::cancel::requested() {
+                return Err(std::io::Error::other("cancelled"));
             }
         }
         Ok(n)
@@ -41,8 +46,9 @@ impl Counted<'_, &[u8]> {
 
     /// Counts what was read but not counted yet.
     fn flush(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
         if let Some(p) = self.progress {
-            p.fetch_add(std::mem::take(&mut self.pending), Ordering::Relaxed);
+            p.fetch_add(pending, Ordering::Relaxed);
         }
     }
 }
@@ -132,6 +138,7 @@ pub fn decompress_slice(path: &Path, raw: &[u8], limit: u64, progress: Option<&A
             res
         }
     };
+    crate::cancel::check()?;
     res.map_err(|e| Error::format(path, format!("corrupt or truncated {what} data: {e}")))?;
     if out.len() as u64 > limit {
         return Err(bomb(path, what, limit, raw.len()));

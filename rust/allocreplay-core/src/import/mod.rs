@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
-use crate::trace::{read_arrow, Trace};
+use crate::trace::Trace;
 
 /// Options shared by the importers; each uses what applies to its format.
 #[derive(Debug, Clone, Default)]
@@ -85,18 +85,28 @@ fn load_unchecked(path: &Path, opts: &ImportOptions, progress: Option<&LoadProgr
         return Err(Error::format(path, "file is empty"));
     }
     if raw.starts_with(b"ARROW1") {
-        return read_arrow(path);
+        return crate::trace::read_arrow_bytes(path, raw.into_vec());
     }
     if let Some(p) = progress {
         p.total.store(raw.len() as u64, Ordering::Relaxed);
     }
     let limit = compression::output_limit(raw.len());
     let data = match compression::decompress_slice(path, &raw, limit, progress.map(|p| &p.done))? {
-        Some(plain) => Input::Read(plain),
+        Some(plain) => {
+            drop(raw);
+            Input(plain)
+        }
         None => raw,
     };
     match detect(&data) {
-        Some(SourceKind::PytorchPickle) => pytorch::import_snapshot(path, &data, opts),
+        Some(SourceKind::PytorchPickle) => {
+            let trace = pytorch::import_snapshot(path, &data, opts);
+            // Hundreds of MB go back to the kernel on another thread (`munmap`'s work).
+            if data.len() as u64 >= LARGE_FROM_BYTES {
+                crate::prefault::drop_in_background(data.into_vec());
+            }
+            trace
+        }
         // A compressed `.arrow` file: read from its decompressed bytes (a replay of it cannot
         // stream from a memory map, so it is loaded whole).
         Some(SourceKind::Arrow) => crate::trace::read_arrow_bytes(path, data.into_vec()),
@@ -112,61 +122,69 @@ fn load_unchecked(path: &Path, opts: &ImportOptions, progress: Option<&LoadProgr
     }
 }
 
-/// Files from this size on are memory-mapped rather than read (see [`Input`]).
-const MAP_FROM_BYTES: u64 = 32 << 20;
+/// Files from this size on are read in chunks with a prefaulting helper (see [`Input`]).
+const LARGE_FROM_BYTES: u64 = 32 << 20;
 
-/// A source file's bytes: read into memory, or memory-mapped when large.
+/// Bytes read per call for a large file: between two, the read looks at the call's
+/// cancellation token and the prefaulting helper is told what comes next.
+const READ_CHUNK: usize = 8 << 20;
+
+/// A source file's bytes, read into memory.
 ///
-/// Mapping a large uncompressed snapshot saves the copy `read` makes and, above all, the
-/// first-touch faults of that many fresh anonymous pages and their release at the end (perf of
-/// a 293 MB snapshot's load: `read` 11% of it, page faults of the copy 4% more); the page
-/// cache's pages are mapped as they are. The cost is the risk every mmap reader takes: a file
-/// truncated by another process while it is mapped faults (SIGBUS) instead of giving a short
-/// read. Small files, where the copy costs little, are read; so are non-regular files (pipes,
-/// /proc), which cannot be mapped. The mapping is read-only and private: writes by others to
-/// the file during the load could show through, as with any mapping (our own writers replace
-/// files by rename, never in place).
-enum Input {
-    Read(Vec<u8>),
-    Mapped(memmap2::Mmap),
-}
+/// Large files were memory-mapped until issue 28 (to save the copy and the first-touch faults
+/// of the buffer), but a file truncated by another process while it is mapped kills the
+/// process with SIGBUS. They are read instead, exactly the length the file had when opened: a
+/// file that ends before it shrank during the read, an error saying so (`F: the file changed
+/// (shrank) while it was read ...`). For large files a [`crate::prefault::Prefaulter`] maps the
+/// buffer's pages on another core a little ahead of the read, which then copies into pages
+/// already there.
+struct Input(Vec<u8>);
 
 impl Input {
     fn open(path: &Path) -> Result<Input> {
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-        if meta.is_file() && meta.len() >= MAP_FROM_BYTES && usize::try_from(meta.len()).is_ok() {
-            // SAFETY: a read-only mapping of a regular file, used only while `Input` lives. The
-            // one risk is the file being truncated by another process during the load (the
-            // access then faults with SIGBUS): accepted for large inputs, as every mmap reader
-            // (and `trace::mapped` for .arrow files) does; see the type's documentation.
-            // `populate`: the pages (usually in the page cache already) are mapped in one call
-            // rather than by a fault per 64 KiB as the parser reaches them.
-            if let Ok(map) = unsafe { memmap2::MmapOptions::new().populate().map(&file) } {
-                return Ok(Input::Mapped(map));
+        let Some(len) = meta.is_file().then(|| usize::try_from(meta.len()).ok()).flatten() else {
+            // Not a regular file (a pipe, /proc): its size is not known in advance.
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut &file, &mut buf).map_err(|e| Error::io(path, e))?;
+            return Ok(Input(buf));
+        };
+        let mut buf = Vec::with_capacity(len);
+        let prefault = if meta.len() >= LARGE_FROM_BYTES { crate::prefault::Prefaulter::start() } else { None };
+        while buf.len() < len {
+            crate::cancel::check()?;
+            if let Some(pf) = &prefault {
+                pf.ahead(0, &buf, 2 * READ_CHUNK);
+            }
+            let want = (len - buf.len()).min(READ_CHUNK);
+            let got = std::io::Read::read_to_end(&mut std::io::Read::take(&file, want as u64), &mut buf).map_err(|e| Error::io(path, e))?;
+            if got == 0 {
+                let now = file.metadata().map_or_else(|_| "fewer".to_string(), |m| m.len().to_string());
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "the file changed (shrank) while it was read: it had {len} bytes when opened and has {now} now (another process truncated or rewrote it); read it again once it is complete"
+                    ),
+                ));
             }
         }
-        let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-        std::io::Read::read_to_end(&mut &file, &mut buf).map_err(|e| Error::io(path, e))?;
-        Ok(Input::Read(buf))
+        if let Some(pf) = &prefault {
+            pf.clear(0);
+        }
+        Ok(Input(buf))
     }
 
-    /// The bytes as an owned vector (a copy of a mapped file).
+    /// The bytes as an owned vector.
     fn into_vec(self) -> Vec<u8> {
-        match self {
-            Input::Read(v) => v,
-            Input::Mapped(m) => m.to_vec(),
-        }
+        self.0
     }
 }
 
 impl std::ops::Deref for Input {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match self {
-            Input::Read(v) => v,
-            Input::Mapped(m) => m,
-        }
+        &self.0
     }
 }
 

@@ -1112,6 +1112,11 @@ impl<'a, 'k> Parser<'a, 'k> {
                     // (`load_frame`) refuses a frame that the data does not hold entirely; its
                     // Python one also refuses a frame that starts inside the previous one.
                     let at = self.pos - 1;
+                    // A frame is 64 KiB: where a long parse looks at its cancellation token
+                    // (`crate::cancel`; the importer turns this into `Error::Cancelled`).
+                    if crate::cancel::requested() {
+                        return Err(corrupt("cancelled".into()));
+                    }
                     if at < frame_end {
                         return Err(corrupt(format!("FRAME at byte {at} begins before the previous frame ends (byte {frame_end})")));
                     }

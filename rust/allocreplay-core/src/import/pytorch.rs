@@ -108,6 +108,7 @@ const BUILDER_SLOTS: usize = ENTRIES_SLOT + 1;
 pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result<Trace> {
     let prefault = if data.len() >= LARGE_INPUT { Prefaulter::start() } else { None };
     let p = pickle::parse_prefaulted(data, &ENTRY_KEYS, prefault.as_ref()).map_err(|e| match e {
+        _ if crate::cancel::requested() => Error::Cancelled,
         PickleError::Corrupt(m) => Error::format(path, m),
         PickleError::Unsafe(m) => Error::unsafe_pickle(path, m),
     })?;

@@ -285,7 +285,14 @@ pub fn plan_program(p: &XlaProgram) -> ProgramPlan {
 
 /// `allocreplay plan DUMP_DIR`: every program of a dump directory.
 pub fn plan_dump(dir: &std::path::Path) -> Result<Vec<ProgramPlan>> {
-    Ok(crate::import::xla::load_dump(dir)?.iter().map(plan_program).collect())
+    let mut plans = Vec::new();
+    for p in crate::import::xla::load_dump(dir)? {
+        crate::cancel::check()?;
+        plans.push(plan_program(&p));
+    }
+    // A plan cut short by a cancellation is not returned.
+    crate::cancel::check()?;
+    Ok(plans)
 }
 
 /// The most events [`runtime_trace`] makes (a trace of about 1 GB in memory).

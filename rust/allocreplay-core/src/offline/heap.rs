@@ -235,12 +235,15 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
     let (spatial, temporal) = if parallel {
         // kSpatial takes longer: its keys are sorted on the second thread while this one lays
         // out the overlap structure, and kTemporal then runs there.
+        // The second thread runs under the caller's cancellation token (`crate::cancel`).
+        let token = crate::cancel::current();
+        let token = token.as_ref();
         let (planner, spatial_keys) = std::thread::scope(|s| {
             let keys = s.spawn(|| packed_order(intervals, Strategy::Spatial));
             (Planner::new(intervals, alignment), join(keys))
         });
         std::thread::scope(|s| {
-            let temporal = s.spawn(|| planner.run(Strategy::Temporal, offsets));
+            let temporal = s.spawn(|| crate::cancel::within(token, || planner.run(Strategy::Temporal, offsets)));
             let spatial = planner.run_in(planner.order(Strategy::Spatial, spatial_keys), offsets);
             (spatial, join(temporal))
         })
@@ -250,7 +253,7 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
         // The live bytes bound every heap only when no chunk is shared (NoFragmentationStatsHeap
         // counts a ShareWith as an allocation of its own).
         if let Some(bound) = max_live_bytes.filter(|_| planner.colo.is_empty()) {
-            debug_assert!(spatial.heap_size >= bound, "a heap below the live bytes");
+            debug_assert!(spatial.heap_size >= bound || crate::cancel::requested(), "a heap below the live bytes");
             if spatial.heap_size <= bound {
                 return spatial;
             }
@@ -273,6 +276,11 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
 fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
     h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
+
+/// Placements between two looks at the call's cancellation token (`crate::cancel`).
+const CANCEL_EVERY: usize = 256;
+/// Intervals [`Layout::new`] ranks between two looks at it.
+const CANCEL_EVERY_SLOTS: usize = 1 << 16;
 
 /// Intervals from which [`plan`] runs its two orders on two threads (below, a thread costs
 /// more than it saves).
@@ -420,6 +428,10 @@ impl<'a> Planner<'a> {
                 }
             })
             .collect();
+        if crate::cancel::requested() {
+            // Cancelled (`crate::cancel`): nothing will be placed; no sort.
+            return Vec::new();
+        }
         keyed.sort_unstable();
         // In sorted order the intervals are read at random: each one's fields are asked for a
         // few ahead.
@@ -454,6 +466,12 @@ impl<'a> Planner<'a> {
     fn place<C: Chunk>(&self, order: &Order, offsets: bool, stop_at: i64) -> Result<Option<HeapPlan>, DoesNotFit> {
         let at = &self.layout.at[..];
         let n = if offsets || !self.colo.is_empty() { self.iv.len() } else { 0 };
+        if crate::cancel::requested() {
+            // Cancelled (`crate::cancel`) before placing anything: an empty plan of the right
+            // shape (zeroed pages, never written), which the callers drop (they check the
+            // token once the plan returns).
+            return Ok(Some(HeapPlan { strategy: order.strategy(), heap_size: 0, offsets: vec![0; n], chunk_sizes: vec![0; n] }));
+        }
         let mut placed = Placed::<C>::new(&self.layout);
         let mut scratch = Scratch::default();
         let (mut offsets, mut chunk_sizes) = (huge_pages::filled(n, 0i64), huge_pages::filled(n, 0i64));
@@ -462,6 +480,12 @@ impl<'a> Planner<'a> {
         let mut heap_size = 0i64;
         let len = order.len();
         for t in 0..len {
+            // Cancelled (`crate::cancel`): the plan so far, which the callers drop (they check
+            // the token once the plan returns). Looked at often: a placement can take
+            // milliseconds (the first, largest intervals of kSpatial overlap most others).
+            if t % CANCEL_EVERY == 0 && t > 0 && crate::cancel::requested() {
+                break;
+            }
             // In placement order the intervals are read at random: their slots are asked for
             // well ahead.
             if t + 2 * AHEAD < len {
@@ -560,6 +584,10 @@ fn packed_order(iv: &[BufferInterval], strategy: Strategy) -> Option<Vec<u128>> 
             Strategy::Spatial => (u128::from(!size) << 64) | (u128::from(!duration) << 32) | i,
             Strategy::Temporal => (u128::from(!duration) << 96) | (u128::from(!size) << 32) | i,
         });
+    }
+    if crate::cancel::requested() {
+        // Cancelled (`crate::cancel`): nothing will be placed; no sort.
+        return Some(Vec::new());
     }
     packed.sort_unstable();
     Some(packed)
@@ -971,6 +999,9 @@ impl Layout {
         let mut at = huge_pages::filled(n, SlotInfo { slot: 0, lo: 0, upto: 0 });
         let mut lo = 0usize;
         for (slot, &i) in by_start.iter().enumerate() {
+            if slot % CANCEL_EVERY_SLOTS == 0 && crate::cancel::requested() {
+                return Self::cancelled(at);
+            }
             if starts[slot] != starts[lo] {
                 lo = slot;
             }
@@ -1003,6 +1034,9 @@ impl Layout {
         window = window.div_ceil(block).max(1) * block;
         let mut layout = Layout { block, window, at, list_start: Vec::new(), shift, unions, leaves: 0 };
         loop {
+            if crate::cancel::requested() {
+                return Self::cancelled(layout.at);
+            }
             let total: usize = layout.at.iter().map(|a| layout.lists_of(a.slot, a.upto).count()).sum();
             if block_window.is_some() || total <= MAX_ENTRIES_PER_INTERVAL * n + 65_536 || block >= n {
                 break;
@@ -1013,8 +1047,18 @@ impl Layout {
         if layout.unions {
             layout.leaves = layout.lists().next_power_of_two();
         }
+        if crate::cancel::requested() {
+            return Self::cancelled(layout.at);
+        }
         layout.size_lists();
         layout
+    }
+
+    /// What [`Layout::new`] returns once the call was cancelled (`crate::cancel`): the slots
+    /// as far as they were ranked, no list. Nothing is placed in it: [`Planner::place`] looks
+    /// at the token before it starts.
+    fn cancelled(at: Vec<SlotInfo>) -> Self {
+        Layout { block: 1, window: 1, at, list_start: vec![0], shift: 0, unions: false, leaves: 0 }
     }
 
     /// Sizes each window list for the entries it will hold.

@@ -11,6 +11,7 @@ pub mod tables;
 
 use serde::Serialize;
 
+use crate::cancel::PROGRESS_EVERY;
 use crate::error::{Error, Result};
 use crate::trace::{Action, Trace};
 
@@ -67,6 +68,8 @@ pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineR
     let (mut b, _, _) = lifetimes(trace, device, a, false)?;
     b.free_all_open();
     let (strategy, heap_size) = heap::plan_heap_size(&b.intervals, a, b.max_live_bytes());
+    // A cancelled plan stops early with a partial heap: not an answer.
+    crate::cancel::check()?;
     Ok(OfflineResult {
         device,
         alignment,
@@ -102,6 +105,9 @@ fn lifetimes(trace: &Trace, device: i32, a: i64, by_handle: bool) -> Result<(hea
     let mut events: Vec<usize> = Vec::with_capacity(if by_handle { allocs } else { 0 });
     let mut handles = 0u32;
     for i in 0..n {
+        if i % PROGRESS_EVERY == 0 {
+            crate::cancel::check()?;
+        }
         if c.device[i] != device || !c.alloc_id_valid(i) {
             continue;
         }
@@ -169,6 +175,7 @@ pub fn first_over_capacity(trace: &Trace, device: i32, alignment: u64, capacity:
     let (mut b, sizes, events) = lifetimes(trace, device, alignment as i64, true)?;
     b.free_all_open();
     let plan = planned.then(|| heap::plan(&b.intervals, alignment as i64));
+    crate::cancel::check()?;
     // Live bytes before each allocation, from the intervals' (start, end) in handle order.
     let c = trace.columns();
     let mut live: i128 = 0;
@@ -176,6 +183,9 @@ pub fn first_over_capacity(trace: &Trace, device: i32, alignment: u64, capacity:
     let mut next = 0usize;
     let mut handle_at: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     for i in 0..trace.num_events() {
+        if i % PROGRESS_EVERY == 0 {
+            crate::cancel::check()?;
+        }
         if c.device[i] != device || !c.alloc_id_valid(i) {
             continue;
         }
@@ -226,6 +236,9 @@ pub fn ideal_peak(trace: &Trace, device: i32, alignment: u64, capacity: Option<u
     let mut first_over = None;
     let mask = alignment - 1;
     for i in 0..n {
+        if i % PROGRESS_EVERY == 0 {
+            crate::cancel::check()?;
+        }
         if c.device[i] != device || !c.alloc_id_valid(i) {
             continue;
         }

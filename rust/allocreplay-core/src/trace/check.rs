@@ -40,6 +40,9 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
         let mut checker = EventChecker::new(&trace.metadata, n as u64, DenseIds::new(n));
         let c = trace.columns();
         for i in 0..n {
+            if i % crate::cancel::PROGRESS_EVERY == 0 {
+                crate::cancel::check()?;
+            }
             if let Err(v) = checker.check(&c, i, i, path)? {
                 if !lenient {
                     let at = v.at.unwrap_or_default();

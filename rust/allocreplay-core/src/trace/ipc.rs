@@ -100,13 +100,50 @@ impl Drop for TraceFileWriter {
 /// the file, every buffer in its message's body, and the batches hold no more rows than the
 /// file could (at least [`MIN_ROW_BYTES`] bytes a row: blocks pointing at one body many times).
 pub(crate) fn check_ipc_bounds(bytes: &[u8]) -> std::result::Result<(), String> {
-    let n = bytes.len();
-    if n < 18 || !bytes.ends_with(b"ARROW1") {
+    let read = |off: usize, len: usize| Ok::<_, std::convert::Infallible>(std::borrow::Cow::Borrowed(&bytes[off..off + len]));
+    check_ipc_bounds_with(bytes.len(), read).map_err(|e| match e {
+        BoundsError::Corrupt(m) => m,
+        BoundsError::Read(never) => match never {},
+    })
+}
+
+/// Why [`check_ipc_bounds_with`] refused a file: what it found, or the error of a read.
+pub(crate) enum BoundsError<E> {
+    Corrupt(String),
+    Read(E),
+}
+
+impl<E> From<String> for BoundsError<E> {
+    fn from(m: String) -> Self {
+        BoundsError::Corrupt(m)
+    }
+}
+
+impl<E> From<&str> for BoundsError<E> {
+    fn from(m: &str) -> Self {
+        BoundsError::Corrupt(m.to_string())
+    }
+}
+
+/// [`check_ipc_bounds`] of a file of `n` bytes read piece by piece: `read(offset, len)` gives
+/// `len` bytes from `offset` (both within `n`) — the trailer, the footer and each block's
+/// message, never a body — so that a streamed file (`trace::MappedTrace`) is checked without
+/// reading it whole.
+pub(crate) fn check_ipc_bounds_with<'b, E>(
+    n: usize,
+    mut read: impl FnMut(usize, usize) -> std::result::Result<std::borrow::Cow<'b, [u8]>, E>,
+) -> std::result::Result<(), BoundsError<E>> {
+    if n < 18 {
         return Err("the file is truncated (no ARROW1 trailer)".into());
     }
-    let footer_len = i32::from_le_bytes(bytes[n - 10..n - 6].try_into().unwrap());
+    let trailer = read(n - 10, 10).map_err(BoundsError::Read)?;
+    if !trailer.ends_with(b"ARROW1") {
+        return Err("the file is truncated (no ARROW1 trailer)".into());
+    }
+    let footer_len = i32::from_le_bytes(trailer[..4].try_into().unwrap());
     let footer_len = usize::try_from(footer_len).ok().filter(|&l| l <= n - 18).ok_or("the footer length is out of the file")?;
-    let footer = arrow_ipc::root_as_footer(&bytes[n - 10 - footer_len..n - 10]).map_err(|e| format!("corrupt footer: {e}"))?;
+    let footer_bytes = read(n - 10 - footer_len, footer_len).map_err(BoundsError::Read)?;
+    let footer = arrow_ipc::root_as_footer(&footer_bytes).map_err(|e| format!("corrupt footer: {e}"))?;
     // The schema the reader will use; when it does not convert, the reader refuses the file.
     let schema = footer.schema().and_then(|s| arrow_ipc::convert::try_fb_to_schema(s).ok());
     let mut rows: u64 = 0;
@@ -114,13 +151,14 @@ pub(crate) fn check_ipc_bounds(bytes: &[u8]) -> std::result::Result<(), String> 
     for (k, block) in blocks.enumerate() {
         let (off, meta, body) = (block.offset(), block.metaDataLength(), block.bodyLength());
         let (Ok(off), Ok(meta), Ok(body)) = (usize::try_from(off), usize::try_from(meta), usize::try_from(body)) else {
-            return Err(format!("block {k} has a negative offset or length"));
+            return Err(format!("block {k} has a negative offset or length").into());
         };
         let end = off.checked_add(meta).and_then(|x| x.checked_add(body));
         if end.is_none_or(|e| e > n) || meta < 8 {
-            return Err(format!("block {k} lies beyond the end of the file"));
+            return Err(format!("block {k} lies beyond the end of the file").into());
         }
-        let mut m = &bytes[off..off + meta];
+        let block_meta = read(off, meta).map_err(BoundsError::Read)?;
+        let mut m: &[u8] = &block_meta;
         if m[..4] == [0xff; 4] {
             m = &m[4..];
         }
@@ -144,17 +182,17 @@ pub(crate) fn check_ipc_bounds(bytes: &[u8]) -> std::result::Result<(), String> 
                     .and_then(|(o, l)| o.checked_add(l))
                     .is_some_and(|e| e <= body_len);
                 if !fits {
-                    return Err(format!("block {k}: buffer {j} lies beyond its message body"));
+                    return Err(format!("block {k}: buffer {j} lies beyond its message body").into());
                 }
                 // The IPC format pads buffers to 8 bytes; arrow's validation panics on an
                 // unaligned offsets buffer in a dictionary batch (found by the arrow fuzz target).
                 if buf.offset() % 8 != 0 || (off + meta) % 8 != 0 {
-                    return Err(format!("block {k}: buffer {j} is not 8-byte aligned, as the IPC format requires"));
+                    return Err(format!("block {k}: buffer {j} is not 8-byte aligned, as the IPC format requires").into());
                 }
             }
             for node in b.nodes().into_iter().flatten() {
                 if node.length() < 0 || node.null_count() < 0 || node.null_count() > node.length() {
-                    return Err(format!("block {k}: a column has a negative length or more nulls than values"));
+                    return Err(format!("block {k}: a column has a negative length or more nulls than values").into());
                 }
             }
             if let Some(schema) = &schema {
@@ -163,7 +201,7 @@ pub(crate) fn check_ipc_bounds(bytes: &[u8]) -> std::result::Result<(), String> 
         }
     }
     if rows > n as u64 / MIN_ROW_BYTES {
-        return Err(format!("the batches claim {rows} rows, more than a file of {n} bytes holds"));
+        return Err(format!("the batches claim {rows} rows, more than a file of {n} bytes holds").into());
     }
     Ok(())
 }

@@ -92,11 +92,15 @@ pub fn validate_bfc(trace: &Trace, device: i32, spec: Option<&str>) -> Result<Bf
         placements: true,
         device_events: false,
     };
-    let run = |policy: &mut dyn DrivenPolicy| replay_device(trace, device, policy, &opts);
+    // A replay cut short by a cancellation (`crate::cancel`) is an error, not a validation.
+    let run = |policy: &mut dyn DrivenPolicy| {
+        let r = replay_device(trace, device, policy, &opts);
+        crate::cancel::check().map(|()| r)
+    };
 
     if let Some(spec) = spec {
         let mut p = registry::build(spec, &ctx)?;
-        let r = run(p.as_mut());
+        let r = run(p.as_mut())?;
         return Ok(compare(trace, device, &r, "given"));
     }
     let recorded = recorded_settings(&ctx)?;
@@ -116,7 +120,7 @@ pub fn validate_bfc(trace: &Trace, device: i32, spec: Option<&str>) -> Result<Bf
             unreachable!("bfc specs build BFC allocators")
         };
         let mut p = Bfc::new(name, settings).with_trace(&ctx);
-        let r = run(&mut p);
+        let r = run(&mut p)?;
         let v = compare(trace, device, &r, source);
         let better = best.as_ref().is_none_or(|b| (v.chunk_match + v.in_use_match) > (b.chunk_match + b.in_use_match));
         if better {

@@ -80,6 +80,7 @@ pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> 
     let opts =
         ReplayOptions { capacity: device_limit, recorded_addresses: !no_addresses, timeline: None, placements: true, device_events: true };
     let r = replay_device(trace, device, policy.as_mut(), &opts);
+    crate::cancel::check()?;
 
     let c = trace.columns();
     // Addresses.

@@ -19,8 +19,9 @@ pub struct MemEvent {
     pub alloc: bool,
     /// Index into [`ParsedCapture::allocators`].
     pub allocator: u32,
-    /// `line.timestamp_ns * 1000 + offset_ps`.
-    pub time_ps: i64,
+    /// `line.timestamp_ns * 1000 + offset_ps`, exactly (128 bits: both are 64-bit values);
+    /// [`parse`] refuses an event whose time in nanoseconds does not fit 64 bits.
+    pub time_ps: i128,
     /// The line (thread) id.
     pub thread: i64,
     /// Position in the file (line by line): the tie-break for equal timestamps.
@@ -351,11 +352,12 @@ pub fn parse(path: &Path, data: Vec<u8>) -> Result<ParsedCapture> {
     let mut seq: u32 = 0;
     let mut memory: Vec<(&[u8], bool)> = Vec::new();
     for raw in &plane.lines {
+        crate::cancel::check()?;
         memory.clear();
         let line = read_line(raw, &kinds, &mut memory).map_err(|(what, e)| wire_error(path, &what, e))?;
         out.host_events += line.events;
-        let base_ps = line.timestamp_ns.saturating_mul(1000);
-        for &(raw, alloc) in &memory {
+        let base_ps = i128::from(line.timestamp_ns) * 1000;
+        for (k, &(raw, alloc)) in memory.iter().enumerate() {
             let ev = XEvent::decode(raw).map_err(|e| decode_error(path, &format!("an event on line {}", line.name), e))?;
             let e = read_event(
                 path,
@@ -369,7 +371,19 @@ pub fn parse(path: &Path, data: Vec<u8>) -> Result<ParsedCapture> {
                 line.name,
             )?;
             let Some(mut e) = e else { continue };
-            e.time_ps = base_ps.saturating_add(ev.offset_ps);
+            // A time that 64 bits of nanoseconds cannot hold is an error naming the event, never
+            // a saturated value (which let a later, smaller time pass as ordered): the rule of
+            // `time_us` in PyTorch snapshots (docs/bad-inputs.md, issue 28 class 1).
+            e.time_ps = base_ps + i128::from(ev.offset_ps);
+            if i64::try_from(e.time_ps.div_euclid(1000)).is_err() {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "plane /host:CPU, line {:?} (id {}), memory event {k}: its time (the line's timestamp_ns {} + the event's offset_ps {}) is beyond what 64 bits of nanoseconds hold (|t| < 2^63 ns)",
+                        line.name, line.id, line.timestamp_ns, ev.offset_ps
+                    ),
+                ));
+            }
             e.thread = line.id;
             e.seq = seq;
             seq += 1;

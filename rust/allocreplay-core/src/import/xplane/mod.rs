@@ -178,7 +178,7 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
         let mut r = EventRow::new(if e.alloc { Action::Alloc } else { Action::FreeCompleted }, e.requested);
         r.addr = Some(e.addr);
         r.device = device;
-        r.time_ns = Some(e.time_ps.div_euclid(1000));
+        r.time_ns = Some(i64::try_from(e.time_ps.div_euclid(1000)).expect("events::parse refuses times beyond 64 bits of ns"));
         if e.alloc {
             r.alloc_id = Some(next_id);
             live_id.insert(e.addr, next_id);
@@ -469,6 +469,46 @@ pub(crate) mod tests {
         assert_eq!(md.extra["allocator"], "GPU_0_bfc");
     }
 
+    /// [`capture`] of [`two_threads`] with every line's `timestamp_ns` set to `ts` and, when
+    /// given, the first event of the first line (thread 2) at `offset_ps` from it.
+    fn capture_at(ts: i64, first_offset_ps: Option<i64>) -> Vec<u8> {
+        let mut space = XSpaceRaw::decode(Bytes::from(capture(&two_threads()))).unwrap();
+        let mut host = XPlane::decode(space.planes[1].clone()).unwrap();
+        for line in &mut host.lines {
+            line.timestamp_ns = ts;
+        }
+        if let Some(o) = first_offset_ps {
+            host.lines[0].events[0].offset_ps = o;
+        }
+        space.planes[1] = Bytes::from(host.encode_to_vec());
+        space.encode_to_vec()
+    }
+
+    #[test]
+    fn times_beyond_64_bits_of_nanoseconds_are_errors_naming_the_event_not_saturated() {
+        // Issue 28, class 1 (the rule of a PyTorch snapshot's `time_us`): the event time
+        // `timestamp_ns * 1000 + offset_ps` saturated at 2^63 - 1 picoseconds. A line starting
+        // at 2^63 - 1 ns (events 900 and 800 ns before it) became 2^63 - 1 ps - 900 ns, i.e.
+        // 9.2e15 ns: a silently wrong time. It is now exact, in nanoseconds.
+        let t = import(capture_at(i64::MAX, None), &ImportOptions::default()).unwrap();
+        let times: Vec<i64> = (2..6).map(|i| t.columns().time_ns.value(i)).collect();
+        assert_eq!(times, [i64::MAX - 900, i64::MAX - 900, i64::MAX - 800, i64::MAX - 800]);
+        // Also a time the picoseconds could not hold but nanoseconds can (107 days).
+        let t = import(capture_at(9_300_000_000_000_000, None), &ImportOptions::default()).unwrap();
+        assert_eq!(t.columns().time_ns.value(2), 9_300_000_000_000_000 - 900);
+        // Beyond 64 bits of nanoseconds, either way: an error naming the event.
+        for (ts, offset) in [(i64::MAX, 1_000_000), (i64::MIN, -1)] {
+            let e = import(capture_at(ts, Some(offset)), &ImportOptions::default()).unwrap_err();
+            assert!(matches!(e, Error::Format { .. }), "{e:?}");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "/nonexistent/test.xplane.pb: plane /host:CPU, line \"thread 2\" (id 2), memory event 0: its time (the line's timestamp_ns {ts} + the event's offset_ps {offset}) is beyond what 64 bits of nanoseconds hold (|t| < 2^63 ns)"
+                )
+            );
+        }
+    }
+
     #[test]
     fn the_seeded_trace_replays_exactly_under_bfc() {
         let t = import(capture(&two_threads()), &ImportOptions::default()).unwrap();
@@ -642,7 +682,7 @@ pub(crate) mod tests {
             .iter()
             .map(|e| Ev {
                 alloc: e.alloc,
-                time_ns: e.time_ps / 1000 + 1000,
+                time_ns: (e.time_ps / 1000) as i64 + 1000,
                 requested: e.requested,
                 chunk: e.chunk,
                 addr: e.addr,
