@@ -102,7 +102,7 @@ def grid_size(framework: str) -> int:
     return math.prod(1 + len(o.search) for o in _entry(framework).options if o.search)
 
 
-def _sweep_local(traces: list[Trace], specs: list[str], capacity: str | None, threads: int, progress: Progress | None) -> pl.DataFrame:
+def _sweep_local(traces: list[Trace], specs: list[str], capacity: str | float | None, threads: int, progress: Progress | None) -> pl.DataFrame:
     if progress is None or len(specs) <= 16:
         return _api.sweep(traces, specs, capacity, threads)
     # Chunks of several settings per core, so the bar moves and the threads stay busy.
@@ -221,7 +221,7 @@ def tune(
         raise InvalidArgumentError(f"unknown objective '{objective}'; objectives: {', '.join(OBJECTIVES)}")
     if backend not in BACKENDS:
         raise InvalidArgumentError(f"unknown backend '{backend}'; backends: {', '.join(BACKENDS)}")
-    cap = None if capacity is None else str(capacity)
+    cap = capacity
     if specs is None:
         framework = framework or framework_of(loaded[0], names[0])
         specs = search_space(framework, budget, seed)

@@ -29,7 +29,7 @@ def _replay_chunk(offset: int, specs: list[str], capacity: str | None, *tables: 
 def sweep_ray(
     traces: list[_api.Trace],
     specs: list[str],
-    capacity: str | None,
+    capacity: str | float | None,
     *,
     address: str | None = None,
     chunk: int | None = None,

@@ -53,16 +53,6 @@ def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = 
     return Trace(_core.load(os.fspath(path), None if meta is None else os.fspath(meta), allocator, lenient))
 
 
-def _capacity_arg(capacity: str | float | None) -> str | None:
-    if capacity is None:
-        return None
-    if isinstance(capacity, bool):
-        raise InvalidArgumentError(f"capacity {capacity!r}: expected bytes, a size string or a fraction")
-    if isinstance(capacity, float):
-        return repr(capacity) if "." in repr(capacity) else f"{capacity:.6f}"
-    return str(capacity)
-
-
 # .arrow files from this size on are replayed streamed from their memory map, batch by batch
 # (``_core.replay_file``: memory O(live allocations), not O(events); issue #12) rather than
 # loaded whole; the results are the same. Smaller files load: nothing to gain there.
@@ -117,7 +107,7 @@ def replay(
         return streamed
     if not isinstance(trace, Trace):
         trace = load(trace)
-    inner = _core.replay(trace._inner, specs, _capacity_arg(capacity), timeline_points, placements)
+    inner = _core.replay(trace._inner, specs, capacity, timeline_points, placements)
     return ReplayResult(inner)
 
 
@@ -136,9 +126,11 @@ def validate_bfc(trace: Trace | str | os.PathLike[str], policy: str | None = Non
     return report
 
 
-def parse_capacity(text: str) -> int | float:
-    """``"80GiB"`` → 85899345920 (bytes, int); ``"0.5"`` → 0.5 (a fraction of device memory)."""
-    return _core.parse_capacity(text)
+def parse_capacity(capacity: str | float) -> int | float:
+    """``"80GiB"`` → 85899345920 (bytes, int); ``"0.5"`` or ``0.5`` → 0.5 (a fraction of device
+    memory); ``17179869184`` → itself. The rules of every ``capacity`` argument (the core parses
+    each once, where it is passed)."""
+    return _core.parse_capacity(capacity)
 
 
 def validate(trace: Trace | str | os.PathLike[str], *, no_addresses: bool = False) -> dict[str, Any]:
@@ -237,7 +229,7 @@ def trace_from_table(table: object, origin: str, lenient: bool = False) -> Trace
     return Trace(_core.trace_from_arrow(table, origin, lenient))
 
 
-def sweep(traces: Sequence[Trace], specs: Sequence[str], capacity: str | None, threads: int) -> pl.DataFrame:
+def sweep(traces: Sequence[Trace], specs: Sequence[str], capacity: str | float | None, threads: int) -> pl.DataFrame:
     """Every trace replayed under every spec (``tune``'s sweep: all cores, GIL released), one
     row per (setting, trace, device); ``setting`` indexes ``specs``."""
     return pl.DataFrame(_core.sweep([t._inner for t in traces], list(specs), capacity, threads))
@@ -250,13 +242,13 @@ def state_at(trace: Trace, policy: str, at: str, capacity: str | float | None, h
     """The core's ``analysis::state_at``: a policy's state right after the event ``at``
     (``peak``, ``peak_allocated``, ``oom``, ``end`` or an index), as the five tables summary,
     live, blocks, segments and history (empty unless ``history``)."""
-    s, live, blocks, segs, hist = _core.state_at(trace._inner, policy, at, _capacity_arg(capacity), history)
+    s, live, blocks, segs, hist = _core.state_at(trace._inner, policy, at, capacity, history)
     return pl.DataFrame(s), pl.DataFrame(live), pl.DataFrame(blocks), pl.DataFrame(segs), pl.DataFrame(hist)
 
 
 def replay_counted(trace: Trace, specs: Sequence[str], counter: Progress, capacity: str | float | None, timeline_points: int, placements: bool) -> ReplayResult:
     """:func:`replay` of a loaded trace counting the rows walked into ``counter`` (a progress bar's)."""
-    return ReplayResult(_core.replay_progress(trace._inner, list(specs), counter, _capacity_arg(capacity), timeline_points, placements))
+    return ReplayResult(_core.replay_progress(trace._inner, list(specs), counter, capacity, timeline_points, placements))
 
 
 def replay_file_counted(
@@ -264,7 +256,7 @@ def replay_file_counted(
 ) -> tuple[ReplayResult, TraceInfo]:
     """:func:`replay` of an ``.arrow`` file streamed from its memory map (rows counted into
     ``counter``), and the trace's info."""
-    inner, info = _core.replay_file(os.fspath(path), list(specs), counter, _capacity_arg(capacity), timeline_points, placements)
+    inner, info = _core.replay_file(os.fspath(path), list(specs), counter, capacity, timeline_points, placements)
     return ReplayResult(inner), info
 
 

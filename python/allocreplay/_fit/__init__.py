@@ -48,7 +48,7 @@ def usable_capacity(device: str | None, capacity: str | int | None) -> tuple[int
     except ValueError as e:
         raise InvalidArgumentError(str(e).replace("--device-memory", "--device")) from None
     if capacity is not None:
-        c = _api.parse_capacity(str(capacity))
+        c = _api.parse_capacity(capacity)
         if isinstance(c, float):
             total = _nogpu.parse_device(key)[1]
             c = int(total * c)

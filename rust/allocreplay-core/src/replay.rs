@@ -10,8 +10,8 @@ use arrow_schema::{DataType, Field, Schema};
 
 use crate::engine::{replay_device_hooked, BoxedPolicy, DeviceReplay, DeviceReplayer, DrivenPolicy, FirstOom, Hooks, ReplayOptions};
 use crate::error::{Error, Result};
-use crate::policy::{self, PolicyContext};
-use crate::registry;
+use crate::policy::PolicyContext;
+use crate::registry::{self, Bound, PolicySpec};
 use crate::trace::{Action, MappedTrace, Trace, TraceMetadata};
 use crate::units::Capacity;
 
@@ -127,8 +127,8 @@ pub type PolicyFactory = dyn Fn(&str, &PolicyContext) -> Result<BoxedPolicy> + S
 
 /// One (policy, device) to replay: the capacity given (`explicit`), the device's limit, and
 /// why the policy cannot run there, if it cannot.
-struct Job {
-    spec: String,
+struct Job<'s> {
+    spec: &'s PolicySpec,
     device: i32,
     explicit: Option<u64>,
     limit: Option<u64>,
@@ -149,7 +149,7 @@ pub fn progress_total(trace: &Trace, req: &ReplayRequest) -> u64 {
 /// [`replay_with`], counting the trace rows walked into `progress` (see
 /// [`progress_total`]) as the replays go, for a progress bar.
 pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory, progress: Option<&AtomicU64>) -> Result<Vec<Run>> {
-    run_jobs(Source::Memory(trace), req, factory, progress)
+    run_jobs(Source::Memory(trace), &parse_specs(req)?, req, factory, progress)
 }
 
 /// [`replay`] of a trace streamed from its file (`allocreplay replay BIG.arrow`): each
@@ -158,14 +158,14 @@ pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &Policy
 /// are those of [`replay`] on the same trace loaded whole. The offline bounds (`ideal`,
 /// `offline`) need every lifetime at once and are refused: load the trace for them.
 pub fn replay_mapped(trace: &MappedTrace, req: &ReplayRequest, factory: &PolicyFactory, progress: Option<&AtomicU64>) -> Result<Vec<Run>> {
-    for spec in &req.policies {
-        if offline_alignment(spec)?.is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "{spec}: an offline bound needs the whole trace in memory; it cannot be replayed from a streamed file"
-            )));
-        }
+    let specs = parse_specs(req)?;
+    if let Some(spec) = specs.iter().find(|s| matches!(s, PolicySpec::Bound { .. })) {
+        return Err(Error::InvalidArgument(format!(
+            "{}: an offline bound needs the whole trace in memory; it cannot be replayed from a streamed file",
+            spec.text()
+        )));
     }
-    run_jobs(Source::Mapped(trace), req, factory, progress)
+    run_jobs(Source::Mapped(trace), &specs, req, factory, progress)
 }
 
 /// [`progress_total`] of a streamed trace.
@@ -215,32 +215,43 @@ impl<'a> Source<'a> {
     }
 }
 
-fn run_jobs(source: Source<'_>, req: &ReplayRequest, factory: &PolicyFactory, progress: Option<&AtomicU64>) -> Result<Vec<Run>> {
+/// The request's specs, each parsed once (`registry::PolicySpec`).
+fn parse_specs(req: &ReplayRequest) -> Result<Vec<PolicySpec>> {
     if req.policies.is_empty() {
         return Err(Error::InvalidArgument("no policy to replay".into()));
     }
+    req.policies.iter().map(|s| PolicySpec::parse(s)).collect()
+}
+
+fn run_jobs(
+    source: Source<'_>,
+    specs: &[PolicySpec],
+    req: &ReplayRequest,
+    factory: &PolicyFactory,
+    progress: Option<&AtomicU64>,
+) -> Result<Vec<Run>> {
     let metadata = source.metadata();
     let devices = source.devices();
     // Resolve capacities and check every spec on every device before replaying anything, so a
     // typo in the last --policy fails at once.
     let mut jobs: Vec<Job> = Vec::new();
-    for spec in &req.policies {
+    for spec in specs {
         for &d in &devices {
             let info = metadata.device(d);
             let (explicit, device_limit, source) = metadata_limit(metadata, d, req.capacity)?;
             let ctx = PolicyContext { metadata, device: info, capacity: explicit };
             let mut error = None;
-            if offline_alignment(spec)?.is_none() {
-                if let Err(e) = factory(spec, &ctx) {
+            if let PolicySpec::Online { text } = spec {
+                if let Err(e) = factory(text, &ctx) {
                     // A valid spec that only lacks what this trace does not record runs in the
                     // other rows; a spec that fails anyway (a typo) stops everything.
-                    if !builds_with_known_memory(spec, metadata, d, info, explicit, factory) {
+                    if !builds_with_known_memory(text, metadata, d, info, explicit, factory) {
                         return Err(e);
                     }
                     error = Some(e.to_string());
                 }
             }
-            jobs.push(Job { spec: spec.clone(), device: d, explicit, limit: device_limit, source, error });
+            jobs.push(Job { spec, device: d, explicit, limit: device_limit, source, error });
         }
     }
     let threads =
@@ -253,21 +264,22 @@ fn run_jobs(source: Source<'_>, req: &ReplayRequest, factory: &PolicyFactory, pr
         }
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(Job { spec, device: d, explicit, limit, source: capacity_source, error }) = jobs.get(i) else { break };
+        let text = spec.text();
         if let Some(e) = error {
             results.lock().unwrap()[i] =
-                Some(Ok(Run { capacity_source: capacity_source.name(), ..failed_run(spec, *d, *limit, e.clone()) }));
+                Some(Ok(Run { capacity_source: capacity_source.name(), ..failed_run(text, *d, *limit, e.clone()) }));
             continue;
         }
         let ctx = PolicyContext { metadata, device: metadata.device(*d), capacity: *explicit };
-        if let (Ok(Some(alignment)), Source::Memory(trace)) = (offline_alignment(spec), source) {
-            let run = offline_run(trace, spec, *d, alignment, *limit).map(|r| Run { capacity_source: capacity_source.name(), ..r });
+        if let (PolicySpec::Bound { bound, alignment, .. }, Source::Memory(trace)) = (spec, source) {
+            let run = offline_run(trace, text, *bound, *d, *alignment, *limit).map(|r| Run { capacity_source: capacity_source.name(), ..r });
             if let Some(p) = progress {
                 p.fetch_add(trace.num_events() as u64, Ordering::Relaxed);
             }
             results.lock().unwrap()[i] = Some(run);
             continue;
         }
-        let run = match factory(spec, &ctx) {
+        let run = match factory(text, &ctx) {
             Ok(mut p) => {
                 let opts = ReplayOptions {
                     capacity: *limit,
@@ -278,14 +290,14 @@ fn run_jobs(source: Source<'_>, req: &ReplayRequest, factory: &PolicyFactory, pr
                 };
                 let mut hooks = Hooks { progress, ..Default::default() };
                 source.replay(*d, p.as_mut(), &opts, &mut hooks).map(|replay| Run {
-                    spec: spec.clone(),
+                    spec: text.to_string(),
                     capacity: *limit,
                     capacity_source: capacity_source.name(),
                     replay,
                     error: None,
                 })
             }
-            Err(e) => Ok(Run { capacity_source: capacity_source.name(), ..failed_run(spec, *d, *limit, e.to_string()) }),
+            Err(e) => Ok(Run { capacity_source: capacity_source.name(), ..failed_run(text, *d, *limit, e.to_string()) }),
         };
         results.lock().unwrap()[i] = Some(run);
     };
@@ -355,25 +367,14 @@ pub(crate) fn failed_run(spec: &str, device: i32, capacity: Option<u64>, error: 
     }
 }
 
-/// `ideal` / `offline` (optionally `:alignment=N`): the registry's offline bounds, computed
-/// by [`crate::offline::plan_trace`] (they see every lifetime first, so are not online
-/// policies). `None` for any other spec (the factory builds, or rejects, those).
-fn offline_alignment(spec: &str) -> Result<Option<u64>> {
-    let (name, options) = policy::spec::split_spec(spec);
-    match registry::REGISTRY.iter().find(|e| e.name == name) {
-        Some(entry) if matches!(entry.kind, policy::PolicyKind::OfflineBound) => policy::bounds::alignment(entry, options).map(Some),
-        _ => Ok(None),
-    }
-}
-
 /// A summary-only run of an offline bound: `peak_reserved` is the bound itself (`ideal`: max
 /// live bytes; `offline`: XLA's best-fit heap), `peak_allocated` the live-bytes peak.
-fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity: Option<u64>) -> Result<Run> {
-    let (name, _) = policy::spec::split_spec(spec);
+/// The runner of `registry::PolicySpec::Bound` (its own kind: planned, not a built policy).
+fn offline_run(trace: &Trace, spec: &str, bound: Bound, device: i32, alignment: u64, capacity: Option<u64>) -> Result<Run> {
     let start = std::time::Instant::now();
     // `ideal` needs only the live bytes (one pass); `offline` runs XLA's best-fit planner,
     // whose lifetimes pass counts the same live bytes (`NoFragmentationStatsHeap`).
-    let (alignment, ideal_peak, peak) = if name == "ideal" {
+    let (alignment, ideal_peak, peak) = if bound == Bound::Ideal {
         let ideal = crate::offline::ideal_peak(trace, device, alignment, None)?;
         (ideal.alignment, ideal.peak_bytes, ideal.peak_bytes)
     } else {
@@ -389,7 +390,7 @@ fn offline_run(trace: &Trace, spec: &str, device: i32, alignment: u64, capacity:
     let first = match capacity.filter(|&cap| peak > cap) {
         Some(_) => match over(false)? {
             Some(o) => Some(o),
-            None if name != "ideal" => over(true)?,
+            None if bound != Bound::Ideal => over(true)?,
             None => None,
         },
         None => None,

@@ -11,13 +11,13 @@ use allocreplay_core::analysis::{self, At, StateRequest};
 use allocreplay_core::error::Error;
 use allocreplay_core::import::{self, ImportOptions, LoadProgress};
 use allocreplay_core::replay::{self as core_replay, ReplayRequest};
-use allocreplay_core::units;
 use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
 use arrow_array::RecordBatch;
 use arrow_array::RecordBatchReader;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
+use crate::units::CapacityArg;
 use crate::arrow::{PyTable, STREAM_NAME};
 use crate::errors::{guard, BindingResult};
 use crate::replay::PyReplayResult;
@@ -77,14 +77,14 @@ fn replay_progress(
     trace: &PyTrace,
     policies: Vec<String>,
     progress: &PyProgress,
-    capacity: Option<&str>,
+    capacity: Option<CapacityArg>,
     timeline_points: usize,
     placements: bool,
 ) -> BindingResult<PyReplayResult> {
     let t = trace.inner.clone();
     let p = progress.inner.clone();
     guard(|| {
-        let capacity = capacity.map(units::parse_capacity).transpose()?;
+        let capacity = capacity.map(|c| c.0);
         let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
         p.done.store(0, Ordering::Relaxed);
         p.total.store(core_replay::progress_total(&t, &req), Ordering::Relaxed);
@@ -120,13 +120,13 @@ fn replay_file(
     path: PathBuf,
     policies: Vec<String>,
     progress: Option<&PyProgress>,
-    capacity: Option<&str>,
+    capacity: Option<CapacityArg>,
     timeline_points: usize,
     placements: bool,
 ) -> BindingResult<(PyReplayResult, crate::info::TraceInfo)> {
     let p = progress.map(|p| p.inner.clone());
     guard(|| {
-        let capacity = capacity.map(units::parse_capacity).transpose()?;
+        let capacity = capacity.map(|c| c.0);
         let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
         if let Some(p) = &p {
             p.done.store(0, Ordering::Relaxed);
@@ -168,13 +168,13 @@ fn state_at(
     trace: &PyTrace,
     policy: String,
     at: &str,
-    capacity: Option<&str>,
+    capacity: Option<CapacityArg>,
     history: bool,
 ) -> BindingResult<(PyTable, PyTable, PyTable, PyTable, PyTable)> {
     let t = trace.inner.clone();
     guard(|| {
         let at = At::parse(at)?;
-        let capacity = capacity.map(units::parse_capacity).transpose()?;
+        let capacity = capacity.map(|c| c.0);
         let req = StateRequest { policy, capacity, at, history };
         let b = crate::interrupt::detach(py, move || {
             analysis::state_at(&t, &req).map(|states| {

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use allocreplay_core::replay::{self as core_replay, ReplayRequest};
-use allocreplay_core::units;
 use pyo3::prelude::*;
 
+use crate::units::CapacityArg;
 use crate::arrow::PyTable;
 use crate::errors::{guard, BindingResult};
 use crate::trace::PyTrace;
@@ -32,13 +32,13 @@ pub fn replay(
     py: Python<'_>,
     trace: &PyTrace,
     policies: Vec<String>,
-    capacity: Option<&str>,
+    capacity: Option<CapacityArg>,
     timeline_points: usize,
     placements: bool,
 ) -> BindingResult<PyReplayResult> {
     let t = Arc::clone(&trace.inner);
     guard(|| {
-        let capacity = capacity.map(units::parse_capacity).transpose()?;
+        let capacity = capacity.map(|c| c.0);
         let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
         let (summary, timeline, segments, placements) = crate::interrupt::detach(py, move || {
             core_replay::replay(&t, &req).map(|runs| {

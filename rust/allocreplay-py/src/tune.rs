@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use allocreplay_core::trace::tile as core_tile;
-use allocreplay_core::units;
 use pyo3::prelude::*;
 
+use crate::units::CapacityArg;
 use crate::arrow::PyTable;
 use crate::errors::{guard, BindingResult};
 use crate::trace::PyTrace;
@@ -22,12 +22,12 @@ fn sweep(
     py: Python<'_>,
     traces: Vec<PyRef<'_, PyTrace>>,
     specs: Vec<String>,
-    capacity: Option<&str>,
+    capacity: Option<CapacityArg>,
     threads: usize,
 ) -> BindingResult<PyTable> {
     let shared: Vec<Arc<allocreplay_core::Trace>> = traces.iter().map(|t| t.inner.clone()).collect();
     guard(|| {
-        let capacity = capacity.map(units::parse_capacity).transpose()?;
+        let capacity = capacity.map(|c| c.0);
         let batch = crate::interrupt::detach(py, move || {
             let refs: Vec<&allocreplay_core::Trace> = shared.iter().map(|t| t.as_ref()).collect();
             allocreplay_core::tune::sweep(&refs, &specs, capacity, threads)

@@ -12,7 +12,7 @@ use arrow_schema::{DataType, Field, Schema};
 use crate::device::DeviceEvent;
 use crate::engine::{replay_device_hooked, FirstOom, Hooks, ReplayOptions};
 use crate::error::{Error, Result};
-use crate::policy::{self, BlockInfo, PolicyContext, SegmentInfo};
+use crate::policy::{BlockInfo, PolicyContext, SegmentInfo};
 use crate::registry;
 use crate::trace::{Action, Trace};
 use crate::units::Capacity;
@@ -109,8 +109,9 @@ pub struct StateRequest {
 /// The state of `req.policy` at `req.at` on every device of `trace` (devices without an OOM
 /// are left out for [`At::FirstOom`]).
 pub fn state_at(trace: &Trace, req: &StateRequest) -> Result<Vec<State>> {
-    let (name, _) = policy::spec::split_spec(&req.policy);
-    if name == "ideal" || name == "offline" {
+    // Online specs always parse (their options are checked when built); a bound, or a bound
+    // whose options do not, has no state.
+    if !matches!(registry::PolicySpec::parse(&req.policy), Ok(registry::PolicySpec::Online { .. })) {
         return Err(Error::InvalidArgument(format!(
             "{}: an offline bound has no allocator state to look at; pick an allocator policy",
             req.policy

@@ -62,6 +62,47 @@ pub static REGISTRY: &[Registered] = &[
     bound(&bounds::OFFLINE),
 ];
 
+/// A `--policy` spec parsed once, where a replay starts: an online allocator (built per device
+/// from its text, by the registry or a test's factory), or one of the offline bounds, which
+/// `replay` plans with their own runner instead of building a policy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicySpec {
+    Online { text: String },
+    Bound { text: String, bound: Bound, alignment: u64 },
+}
+
+/// The offline bounds (`policy::bounds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// The peak of live requested bytes (`offline::ideal_peak`).
+    Ideal,
+    /// XLA's best-fit heap plan (`offline::plan_trace`).
+    Offline,
+}
+
+impl PolicySpec {
+    /// A bound's options are checked here (its alignment); an online spec's when it is built.
+    /// A name the registry does not know is online: the factory builds or rejects it.
+    pub fn parse(text: &str) -> Result<PolicySpec> {
+        let (name, options) = split_spec(text);
+        let bound = REGISTRY.iter().find(|r| r.name == name && matches!(r.kind, PolicyKind::OfflineBound)).map(|r| {
+            let bound = if std::ptr::eq(r.entry, &bounds::IDEAL) { Bound::Ideal } else { Bound::Offline };
+            (bound, r.entry)
+        });
+        Ok(match bound {
+            Some((bound, entry)) => PolicySpec::Bound { text: text.to_string(), bound, alignment: bounds::alignment(entry, options)? },
+            None => PolicySpec::Online { text: text.to_string() },
+        })
+    }
+
+    /// The spec as the user wrote it (the `policy` column of every result).
+    pub fn text(&self) -> &str {
+        match self {
+            PolicySpec::Online { text } | PolicySpec::Bound { text, .. } => text,
+        }
+    }
+}
+
 /// The names of [`REGISTRY`], for error messages and `--help`.
 pub static POLICY_NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| REGISTRY.iter().map(|e| e.name).collect());
 
