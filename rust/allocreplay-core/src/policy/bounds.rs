@@ -25,6 +25,7 @@ pub static IDEAL: PolicyEntry = PolicyEntry {
     bool_words: ("true", "false"),
     recorded: false,
     search_excludes: &[],
+    max_capacity: crate::units::MAX_CAPACITY,
 };
 
 pub static OFFLINE: PolicyEntry = PolicyEntry {
@@ -39,6 +40,7 @@ pub static OFFLINE: PolicyEntry = PolicyEntry {
     bool_words: ("true", "false"),
     recorded: false,
     search_excludes: &[],
+    max_capacity: crate::units::MAX_CAPACITY,
 };
 
 /// The alignment of an offline bound's spec options (0: the source's default).

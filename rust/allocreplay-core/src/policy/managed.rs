@@ -52,6 +52,7 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     bool_words: ("true", "false"),
     recorded: false,
     search_excludes: &[],
+    max_capacity: crate::engine::device::MAX_DEVICE_MEMORY,
 };
 
 pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {

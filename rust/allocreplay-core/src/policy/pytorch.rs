@@ -42,6 +42,7 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     bool_words: ("True", "False"),
     recorded: true,
     search_excludes: &[],
+    max_capacity: crate::engine::device::MAX_DEVICE_MEMORY,
 };
 
 pub fn from_spec(options: &str, ctx: &PolicyContext) -> Result<Box<dyn Policy>> {

@@ -61,6 +61,13 @@ pub struct PolicyEntry {
     pub recorded: bool,
     /// Pairs of options a search never sets together.
     pub search_excludes: &'static [(&'static str, &'static str)],
+    /// The largest device memory (the limit a replay runs under: `--capacity`, a recorded cap,
+    /// the device's memory) the policy models; a replay under a larger limit is refused with
+    /// the reason, never silently clamped (issue 28, class 2; docs/bad-inputs.md). The
+    /// allocators that place memory in the modelled CUDA address space stop at what it holds
+    /// ([`crate::engine::device::MAX_DEVICE_MEMORY`]), `cuda-async` at its pool's reserved
+    /// range, the offline bounds at [`crate::units::MAX_CAPACITY`].
+    pub max_capacity: u64,
 }
 
 impl PolicyEntry {
@@ -79,6 +86,27 @@ impl PolicyEntry {
         } else {
             Error::PolicySpec(format!("unknown option '{key}' for {}; options: {}", self.name, self.option_names().join(", ")))
         }
+    }
+
+    /// `Ok` when the policy models a device of `limit` bytes (`None`: no limit); else why not,
+    /// naming the policy, the largest device memory it models and `limit`'s `source` (a
+    /// `replay::CapacitySource` name): a replay under a limit beyond [`Self::max_capacity`] is
+    /// refused, never clamped.
+    pub fn check_capacity(&self, limit: Option<u64>, source: &str) -> Result<()> {
+        let Some(limit) = limit.filter(|&l| l > self.max_capacity) else { return Ok(()) };
+        let what = if self.max_capacity == crate::engine::device::MAX_DEVICE_MEMORY {
+            "what its modelled CUDA address space holds"
+        } else if self.max_capacity == super::cuda_async::POOL_VA {
+            "what its memory pool's reserved address range holds"
+        } else {
+            "the largest device memory it models"
+        };
+        Err(Error::InvalidArgument(format!(
+            "{} models device memories up to {} bytes ({}, {what}); the limit of this replay is {limit} bytes ({source}): give a --capacity of at most that",
+            self.name,
+            self.max_capacity,
+            crate::units::format_bytes(self.max_capacity),
+        )))
     }
 
     /// The `name:options` spec of some option values (in the policy's syntax).
