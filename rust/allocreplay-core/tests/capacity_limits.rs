@@ -16,7 +16,10 @@ use allocreplay_core::{Action, Error, TraceMetadata};
 /// Every registry policy, and the settings that take another path to memory.
 fn specs() -> Vec<String> {
     let mut v: Vec<String> = REGISTRY.iter().map(|e| e.name.to_string()).collect();
-    v.extend(["pytorch:expandable_segments:True", "bfc:allow_growth=true", "jax:allocator=platform", "cuda-async:release_threshold=0"].map(String::from));
+    v.extend(
+        ["pytorch:expandable_segments:True", "bfc:allow_growth=true", "jax:allocator=platform", "cuda-async:release_threshold=0"]
+            .map(String::from),
+    );
     v
 }
 
@@ -87,7 +90,8 @@ fn beyond_its_largest_capacity_a_policy_is_a_row_with_the_reason() {
         let r = run(&[4096], &spec, cap + 1);
         let e = r.error.unwrap_or_else(|| panic!("{spec}: replayed at {} bytes", cap + 1));
         assert!(
-            e.starts_with(&format!("{name} models device memories up to {cap} bytes (")) && e.contains(&format!("the limit of this replay is {} bytes (--capacity)", cap + 1)),
+            e.starts_with(&format!("{name} models device memories up to {cap} bytes ("))
+                && e.contains(&format!("the limit of this replay is {} bytes (--capacity)", cap + 1)),
             "{spec}: {e}"
         );
     }

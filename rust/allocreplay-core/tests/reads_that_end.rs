@@ -44,7 +44,8 @@ fn a_file_truncated_while_it_streams_is_an_error_and_the_batches_read_stay_valid
     let e = pass.find_map(|b| b.err()).expect("a batch beyond the new end");
     let shrank = |e: &Error| {
         matches!(e, Error::Format { .. })
-            && e.to_string().starts_with(&format!("{}: the file changed (shrank) while it was read: it had {len} bytes when opened", path.display()))
+            && e.to_string()
+                .starts_with(&format!("{}: the file changed (shrank) while it was read: it had {len} bytes when opened", path.display()))
     };
     assert!(shrank(&e), "{e}");
     // A new pass, a replay: the same error at once.
@@ -127,7 +128,13 @@ fn cancelling_from_another_thread_stops_a_long_replay_within_milliseconds() {
     // the online policies replay for longer together.
     let t = tile(&read_arrow(&repo("traces/torch_train.arrow")).unwrap(), 300).unwrap();
     for policies in [vec!["offline"], vec!["pytorch", "bfc", "cuda-async", "ideal"]] {
-        let req = ReplayRequest { policies: policies.iter().map(|p| p.to_string()).collect(), timeline_points: 10, placements: false, threads: 2, ..Default::default() };
+        let req = ReplayRequest {
+            policies: policies.iter().map(|p| p.to_string()).collect(),
+            timeline_points: 10,
+            placements: false,
+            threads: 2,
+            ..Default::default()
+        };
         let token = Cancel::new();
         let canceller = token.clone();
         let stopper = std::thread::spawn(move || {

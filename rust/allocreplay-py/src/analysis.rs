@@ -110,7 +110,7 @@ fn replay_progress(
     })
 }
 
-/// `replay` of an `.arrow` file streamed from its memory map (`allocreplay_core::trace::MappedTrace`):
+/// `replay` of an `.arrow` file streamed batch by batch (`allocreplay_core::trace::MappedTrace`):
 /// memory is the policies' state and a record batch per replay running, not the trace's. Also
 /// returns the trace's `info` (from the same first pass). `progress` counts the rows replayed.
 #[pyfunction]

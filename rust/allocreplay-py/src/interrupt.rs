@@ -51,7 +51,8 @@ pub fn detach<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Se
             let _finished = Finished(done_ref);
             token_ref.run(f)
         });
-        let worker = worker.map_err(|e| BindingError::Py(PyRuntimeError::new_err(format!("allocreplay: cannot start a worker thread: {e}"))))?;
+        let worker =
+            worker.map_err(|e| BindingError::Py(PyRuntimeError::new_err(format!("allocreplay: cannot start a worker thread: {e}"))))?;
         let mut interrupted = None;
         loop {
             let finished = py.detach(|| {

@@ -52,7 +52,7 @@ fn tile(py: Python<'_>, trace: &PyTrace, n: usize) -> BindingResult<PyTrace> {
 #[pyo3(signature = (trace, n, path, batch_rows=1048576))]
 fn tile_file(py: Python<'_>, trace: &PyTrace, n: usize, path: std::path::PathBuf, batch_rows: usize) -> BindingResult<u64> {
     let t = trace.inner.clone();
-    guard(|| Ok(crate::interrupt::detach(py, move || allocreplay_core::trace::tile_to_file(&t, n, &path, batch_rows))?))
+    guard(|| crate::interrupt::detach(py, move || allocreplay_core::trace::tile_to_file(&t, n, &path, batch_rows)))
 }
 
 /// Adds the functions to `_core`.
