@@ -241,7 +241,11 @@ fn run_jobs(
             let (explicit, device_limit, source) = metadata_limit(metadata, d, req.capacity)?;
             let ctx = PolicyContext { metadata, device: info, capacity: explicit };
             let mut error = None;
-            if let PolicySpec::Online { text } = spec {
+            // A limit beyond what the policy models: a row with the reason (issue 28 class 2).
+            let beyond = registry::parse(spec.text()).ok().and_then(|(entry, _)| entry.check_capacity(device_limit, source.name()).err());
+            if let Some(e) = beyond {
+                error = Some(e.to_string());
+            } else if let PolicySpec::Online { text } = spec {
                 if let Err(e) = factory(text, &ctx) {
                     // A valid spec that only lacks what this trace does not record runs in the
                     // other rows; a spec that fails anyway (a typo) stops everything.
@@ -272,7 +276,13 @@ fn run_jobs(
         }
         let ctx = PolicyContext { metadata, device: metadata.device(*d), capacity: *explicit };
         if let (PolicySpec::Bound { bound, alignment, .. }, Source::Memory(trace)) = (spec, source) {
-            let run = offline_run(trace, text, *bound, *d, *alignment, *limit).map(|r| Run { capacity_source: capacity_source.name(), ..r });
+            let run = match offline_run(trace, text, *bound, *d, *alignment, *limit) {
+                // A trace beyond what the bounds plan (`offline::MAX_PLANNED_BYTES`; the spec's
+                // alignment was checked when it was parsed): a row with the reason.
+                Err(Error::InvalidArgument(m)) => Ok(failed_run(text, *d, *limit, format!("{text}: {m}"))),
+                r => r,
+            }
+            .map(|r| Run { capacity_source: capacity_source.name(), ..r });
             if let Some(p) = progress {
                 p.fetch_add(trace.num_events() as u64, Ordering::Relaxed);
             }
@@ -327,8 +337,11 @@ fn run_jobs(
     results.into_inner().unwrap().into_iter().map(|r| r.expect("every job ran")).collect()
 }
 
-/// True when `spec` builds for `device` once the device's total memory is known: the spec is
-/// valid, and only this trace (which does not record the memory) keeps it from running.
+/// True when `spec` builds for another device than this one: once the device's total memory
+/// is known, or on an ordinary device (80 GiB, no cap, no `--capacity`). The spec is then
+/// valid, and only this trace (which does not record the memory) or this limit (a pool larger
+/// than the policy models, e.g. `jax:mem_fraction=2` of a device of 15 TiB) keeps it from
+/// running here.
 fn builds_with_known_memory(
     spec: &str,
     metadata: &TraceMetadata,
@@ -338,11 +351,14 @@ fn builds_with_known_memory(
     factory: &PolicyFactory,
 ) -> bool {
     let mut probe = info.cloned().unwrap_or(crate::trace::DeviceInfo { index: device, ..Default::default() });
-    if probe.total_memory.is_some() {
-        return false;
+    if probe.total_memory.is_none() {
+        probe.total_memory = Some(1 << 40);
+        if factory(spec, &PolicyContext { metadata, device: Some(&probe), capacity }).is_ok() {
+            return true;
+        }
     }
-    probe.total_memory = Some(1 << 40);
-    factory(spec, &PolicyContext { metadata, device: Some(&probe), capacity }).is_ok()
+    let ordinary = crate::trace::DeviceInfo { index: device, total_memory: Some(80 << 30), ..Default::default() };
+    factory(spec, &PolicyContext { metadata, device: Some(&ordinary), capacity: None }).is_ok()
 }
 
 /// The row of a policy that could not run on `device`: its reason, no numbers.

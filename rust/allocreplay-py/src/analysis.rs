@@ -17,11 +17,11 @@ use arrow_array::RecordBatchReader;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use crate::units::CapacityArg;
 use crate::arrow::{PyTable, STREAM_NAME};
 use crate::errors::{guard, BindingResult};
 use crate::replay::PyReplayResult;
 use crate::trace::PyTrace;
+use crate::units::CapacityArg;
 
 /// Work done so far by a replay (trace rows walked; `total` when it is done), read from any
 /// thread while the replay runs with the GIL released.
@@ -110,7 +110,7 @@ fn replay_progress(
     })
 }
 
-/// `replay` of an `.arrow` file streamed from its memory map (`allocreplay_core::trace::MappedTrace`):
+/// `replay` of an `.arrow` file streamed batch by batch (`allocreplay_core::trace::MappedTrace`):
 /// memory is the policies' state and a record batch per replay running, not the trace's. Also
 /// returns the trace's `info` (from the same first pass). `progress` counts the rows replayed.
 #[pyfunction]

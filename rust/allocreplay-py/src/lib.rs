@@ -1,7 +1,8 @@
 //! PyO3 bindings: `allocreplay._core`. One module per concept; this file only registers them.
 //! Results cross as typed objects (`TraceInfo`, `ValidationReport`, `BfcValidationReport`) or
 //! Arrow tables (`Table`), never JSON text; core errors are raised as the classes of
-//! `allocreplay.errors` (`errors.rs`). Imports and replays run with the GIL released. Every
+//! `allocreplay.errors` (`errors.rs`). Imports and replays run with the GIL released, on a
+//! worker thread that Ctrl-C stops (`interrupt::detach`, the one way the GIL is released). Every
 //! entry point that calls into the core runs under `errors::guard`: a panic is raised as
 //! `allocreplay.errors.InternalError`, never as pyo3's `PanicException`.
 

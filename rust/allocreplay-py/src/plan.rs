@@ -46,7 +46,7 @@ pub fn offline(py: Python<'_>, trace: &PyTrace, alignment: u64) -> BindingResult
 #[pyo3(signature = (path, program=None, calls=3))]
 pub fn xla_runtime_trace(py: Python<'_>, path: PathBuf, program: Option<String>, calls: usize) -> BindingResult<PyTrace> {
     let t = guard(|| {
-        Ok(crate::interrupt::detach(py, move || {
+        crate::interrupt::detach(py, move || {
             let programs = load_dump(&path)?;
             let temp = |p: &XlaProgram| -> i64 { p.allocations.iter().filter(|a| a.is_preallocated_temp()).map(|a| a.size).sum() };
             let chosen = match &program {
@@ -62,7 +62,7 @@ pub fn xla_runtime_trace(py: Python<'_>, path: PathBuf, program: Option<String>,
                 None => programs.iter().max_by_key(|p| temp(p)).ok_or_else(|| Error::invalid_input(&path, "no programs"))?,
             };
             runtime_trace(chosen, calls.max(1))
-        })?)
+        })
     })?;
     Ok(PyTrace { inner: Arc::new(t) })
 }

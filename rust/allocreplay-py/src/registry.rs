@@ -1,4 +1,4 @@
-//! The policy registry (`allocreplay_core::policy::registry`) as frozen Python objects:
+//! The policy registry (`allocreplay_core::registry`) as frozen Python objects:
 //! `_core.policies()` -> `PolicyInfo`s, each with its `PolicyOption`s; `_core.policy_env(spec)`
 //! -> the text that sets a spec's options in the real framework.
 

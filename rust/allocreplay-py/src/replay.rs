@@ -6,10 +6,10 @@ use std::sync::Arc;
 use allocreplay_core::replay::{self as core_replay, ReplayRequest};
 use pyo3::prelude::*;
 
-use crate::units::CapacityArg;
 use crate::arrow::PyTable;
 use crate::errors::{guard, BindingResult};
 use crate::trace::PyTrace;
+use crate::units::CapacityArg;
 
 /// Results of a replay: four tables built in Rust.
 #[pyclass(frozen, module = "allocreplay._core", name = "ReplayResult")]

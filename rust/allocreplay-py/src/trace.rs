@@ -107,7 +107,7 @@ fn derive(trace: &Trace, device: Option<i32>, patch: Option<&serde_json::Value>)
     Ok(out)
 }
 
-/// The `info` and metadata of an `.arrow` file, streamed from its memory map (one checked pass,
+/// The `info` and metadata of an `.arrow` file, streamed from the file (one checked pass,
 /// memory O(live allocations)): `allocreplay info` on a trace too large to load.
 #[pyfunction]
 pub fn info_file<'py>(py: Python<'py>, path: PathBuf) -> BindingResult<(TraceInfo, Bound<'py, PyAny>)> {

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use allocreplay_core::trace::tile as core_tile;
 use pyo3::prelude::*;
 
-use crate::units::CapacityArg;
 use crate::arrow::PyTable;
 use crate::errors::{guard, BindingResult};
 use crate::trace::PyTrace;
+use crate::units::CapacityArg;
 
 /// Replays every trace under every spec, in parallel (`threads`: 0 = one per core). One row
 /// per (setting, trace, device): `setting` and `trace` index the lists given, then the
@@ -52,7 +52,7 @@ fn tile(py: Python<'_>, trace: &PyTrace, n: usize) -> BindingResult<PyTrace> {
 #[pyo3(signature = (trace, n, path, batch_rows=1048576))]
 fn tile_file(py: Python<'_>, trace: &PyTrace, n: usize, path: std::path::PathBuf, batch_rows: usize) -> BindingResult<u64> {
     let t = trace.inner.clone();
-    guard(|| Ok(crate::interrupt::detach(py, move || allocreplay_core::trace::tile_to_file(&t, n, &path, batch_rows))?))
+    guard(|| crate::interrupt::detach(py, move || allocreplay_core::trace::tile_to_file(&t, n, &path, batch_rows)))
 }
 
 /// Adds the functions to `_core`.

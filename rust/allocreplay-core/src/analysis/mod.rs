@@ -122,7 +122,8 @@ pub fn state_at(trace: &Trace, req: &StateRequest) -> Result<Vec<State>> {
         let info = trace.metadata.device(d);
         // The limit replay uses (replay::metadata_limit): --capacity, else the recorded cap,
         // else (PyTorch) the device's memory less the CUDA context's share.
-        let (explicit, limit, _source) = crate::replay::metadata_limit(&trace.metadata, d, req.capacity)?;
+        let (explicit, limit, source) = crate::replay::metadata_limit(&trace.metadata, d, req.capacity)?;
+        registry::parse(&req.policy)?.0.check_capacity(limit, source.name())?;
         let ctx = PolicyContext { metadata: &trace.metadata, device: info, capacity: explicit };
         let opts = ReplayOptions { capacity: limit, ..Default::default() };
         // Pass 1: where is the event?

@@ -19,6 +19,12 @@ const VA_ALIGN: u64 = 32 * MIB;
 /// differ from run to run on the GPU; only the layout relative to it is modelled.
 const VA_TOP: u64 = 0x7f00_0000_0000;
 const VA_BOTTOM: u64 = 0x7000_0000_0000;
+/// The largest device memory the policies that place memory in this address space model
+/// (their registry entries' `max_capacity`): the largest `cudaMalloc` it takes, the 15 TiB from
+/// [`VA_BOTTOM`] to [`VA_TOP`] less the 32 MiB a new range needs above its allocation (rule 2
+/// of docs/driver-address-space.md). A device of more memory would hold allocations this
+/// address space has no room for: a replay under a larger limit is refused, not clamped.
+pub const MAX_DEVICE_MEMORY: u64 = VA_TOP - VA_BOTTOM - VA_ALIGN;
 /// Where `cuMemAddressReserve` hands out ranges (upwards): 0x3_0200_0000 on the H200
 /// (probe `vmm`, and every expandable-segments capture's first segment).
 const RESERVE_BASE: u64 = 0x3_0200_0000;

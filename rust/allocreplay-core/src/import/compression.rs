@@ -84,7 +84,7 @@ pub fn decompress_limited(path: &Path, raw: Vec<u8>, limit: u64, progress: Optio
 
 /// The decompressed bytes of `raw` (at most `limit`), or `None` when `raw` is not compressed
 /// (then counted into `progress` as consumed at once): for inputs the caller does not own as a
-/// `Vec`, such as a memory-mapped file.
+/// `Vec`.
 pub fn decompress_slice(path: &Path, raw: &[u8], limit: u64, progress: Option<&AtomicU64>) -> Result<Option<Vec<u8>>> {
     let what = if raw.starts_with(&[0x1f, 0x8b]) {
         "gzip"

@@ -180,6 +180,11 @@ impl HeapBuilder {
         }
     }
 
+    /// The bytes live now (`NoFragmentationStatsHeap`'s count).
+    pub fn live_bytes(&self) -> i64 {
+        self.live
+    }
+
     /// `NoFragmentationStatsHeap::Finish`: the maximum of the live bytes.
     pub fn max_live_bytes(&self) -> i64 {
         self.max_live
@@ -276,6 +281,12 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
 fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
     h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
+
+/// The largest heap a plan is carried to (2^62 bytes): its offsets and sizes are `i64`, and a
+/// placement adds at most a chunk (below 2^56 bytes in a trace) and the alignment to the heap,
+/// so nothing overflows before a plan passes it; a plan that does stops (see
+/// `offline::MAX_PLANNED_BYTES`).
+pub const MAX_HEAP: i64 = 1 << 62;
 
 /// Placements between two looks at the call's cancellation token (`crate::cancel`).
 const CANCEL_EVERY: usize = 256;
@@ -514,6 +525,12 @@ impl<'a> Planner<'a> {
             heap_size = heap_size.max(offset + max_colocation_size);
             if heap_size >= stop_at {
                 return Ok(None);
+            }
+            if heap_size > MAX_HEAP {
+                // Beyond what 64-bit offsets plan safely (each placement adds less than
+                // 2^56 + the alignment: nothing has overflowed yet). The plan stops here; its
+                // callers refuse a heap above `MAX_HEAP` (`offline::MAX_PLANNED_BYTES`).
+                break;
             }
             let colocations = if job.colocated { self.colocations(i) } else { &[] };
             for c in std::iter::once(i).chain(colocations.iter().map(|&c| c as usize)) {

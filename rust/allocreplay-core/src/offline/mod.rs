@@ -30,6 +30,19 @@ pub fn default_alignment(source: &str) -> u64 {
 /// rounded up to more would overflow the plan's arithmetic near 2^64).
 pub const MAX_ALIGNMENT: u64 = 1 << 30;
 
+/// The most bytes the offline bounds plan: 2^62 (4 EiB) live at once, and a heap of at most as
+/// much (the plan's offsets are 64-bit; [`heap::MAX_HEAP`]). A trace's sizes are below 2^56,
+/// so only more than 64 allocations of petabytes live at once reach it; `ideal` and `offline`
+/// then say so (a row with the reason in `replay`), never a wrapped or saturated number.
+pub const MAX_PLANNED_BYTES: u64 = 1 << 62;
+
+fn beyond_planned(what: &str, device: i32, at: Option<usize>) -> Error {
+    let at = at.map_or(String::new(), |i| format!(" at event {i}"));
+    Error::InvalidArgument(format!(
+        "device {device}: {what}{at} more than 2^62 bytes (4 EiB), the most the offline bounds (ideal, offline) plan: their offsets are 64-bit"
+    ))
+}
+
 /// `alignment`, or (0) the trace's [`default_alignment`]; an error unless a power of two up
 /// to [`MAX_ALIGNMENT`].
 fn resolve_alignment(trace: &Trace, alignment: u64) -> Result<u64> {
@@ -70,6 +83,9 @@ pub fn plan_trace(trace: &Trace, device: i32, alignment: u64) -> Result<OfflineR
     let (strategy, heap_size) = heap::plan_heap_size(&b.intervals, a, b.max_live_bytes());
     // A cancelled plan stops early with a partial heap: not an answer.
     crate::cancel::check()?;
+    if heap_size > heap::MAX_HEAP {
+        return Err(beyond_planned("the best-fit plan's heap grows", device, None));
+    }
     Ok(OfflineResult {
         device,
         alignment,
@@ -130,6 +146,9 @@ fn lifetimes(trace: &Trace, device: i32, a: i64, by_handle: bool) -> Result<(hea
                     sizes.push(size);
                     events.push(i);
                 }
+                if b.live_bytes() as u64 + size as u64 > MAX_PLANNED_BYTES {
+                    return Err(beyond_planned("the live bytes (aligned) reach", device, Some(i)));
+                }
                 b.alloc(h, id, size);
             }
             Some(Action::FreeCompleted) => {
@@ -176,6 +195,9 @@ pub fn first_over_capacity(trace: &Trace, device: i32, alignment: u64, capacity:
     b.free_all_open();
     let plan = planned.then(|| heap::plan(&b.intervals, alignment as i64));
     crate::cancel::check()?;
+    if plan.as_ref().is_some_and(|p| p.heap_size > heap::MAX_HEAP) {
+        return Err(beyond_planned("the best-fit plan's heap grows", device, None));
+    }
     // Live bytes before each allocation, from the intervals' (start, end) in handle order.
     let c = trace.columns();
     let mut live: i128 = 0;
@@ -253,7 +275,10 @@ pub fn ideal_peak(trace: &Trace, device: i32, alignment: u64, capacity: Option<u
             }
             let size = c.size[i].checked_add(mask).map_or(!mask, |s| s & !mask);
             live_size[id] = size;
-            live = live.saturating_add(size);
+            live += size;
+            if live > MAX_PLANNED_BYTES {
+                return Err(beyond_planned("the live bytes (aligned) reach", device, Some(i)));
+            }
             if live > peak {
                 peak = live;
                 if first_over.is_none() && capacity.is_some_and(|cap| live > cap) {

@@ -67,6 +67,19 @@ fn device_memory(ctx: &PolicyContext) -> Option<u64> {
     ctx.capacity.or_else(|| ctx.total_memory())
 }
 
+/// `limit`, the BFC pool's memory limit, when the modelled address space holds it (the pool
+/// is preallocated, or grows to it, by `cudaMalloc`s); else a spec error naming it.
+fn modelled_limit(spec: &str, limit: Option<u64>) -> Result<Option<u64>> {
+    let max = crate::device::memory::MAX_DEVICE_MEMORY;
+    match limit {
+        Some(l) if l > max => Err(spec_err(format!(
+            "{spec}: the pool's memory limit is {l} bytes, more than {max} bytes ({}), what the modelled CUDA address space holds",
+            crate::units::format_bytes(max)
+        ))),
+        l => Ok(l),
+    }
+}
+
 fn memory_limit_option(policy: &str, v: &str, ctx: &PolicyContext) -> Result<u64> {
     match options::parse_size(policy, "memory_limit", v, device_memory(ctx))? {
         0 => Err(spec_err(format!("{policy}: memory_limit must be positive, got '{v}'"))),
@@ -189,6 +202,8 @@ pub static BFC: PolicyEntry = PolicyEntry {
     bool_words: ("true", "false"),
     recorded: true,
     search_excludes: &[],
+    max_capacity: crate::device::memory::MAX_DEVICE_MEMORY,
+    max_capacity_why: "what its modelled CUDA address space holds",
 };
 
 /// `tf[:OPTIONS]`.
@@ -204,6 +219,8 @@ pub static TF: PolicyEntry = PolicyEntry {
     bool_words: ("true", "false"),
     recorded: false,
     search_excludes: &[],
+    max_capacity: crate::device::memory::MAX_DEVICE_MEMORY,
+    max_capacity_why: "what its modelled CUDA address space holds",
 };
 
 /// `jax[:OPTIONS]`.
@@ -219,6 +236,8 @@ pub static JAX: PolicyEntry = PolicyEntry {
     bool_words: ("true", "false"),
     recorded: false,
     search_excludes: &[],
+    max_capacity: crate::device::memory::MAX_DEVICE_MEMORY,
+    max_capacity_why: "what its modelled CUDA address space holds",
 };
 
 /// `bfc[:OPTIONS]`.
@@ -245,6 +264,7 @@ pub fn parse_bfc(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
             "{spec}: allow_growth=false preallocates memory_limit bytes, and no limit is known; give memory_limit= or --capacity"
         )));
     }
+    s.memory_limit = modelled_limit(&spec, s.memory_limit)?;
     Ok(BfcSpec::Bfc { name: spec, settings: s })
 }
 
@@ -276,6 +296,7 @@ pub fn parse_tf(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
             }
         }
     });
+    s.memory_limit = modelled_limit(&spec, s.memory_limit)?;
     Ok(BfcSpec::Bfc { name: spec, settings: s })
 }
 
@@ -314,6 +335,7 @@ pub fn parse_jax(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
             jax_memory_limit(d, fraction)
         }
     };
+    let limit = modelled_limit(&spec, Some(limit))?.unwrap_or(limit);
     Ok(BfcSpec::Bfc {
         name: spec,
         settings: BfcSettings {

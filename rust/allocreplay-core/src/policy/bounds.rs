@@ -26,6 +26,8 @@ pub static IDEAL: PolicyEntry = PolicyEntry {
     bool_words: ("true", "false"),
     recorded: false,
     search_excludes: &[],
+    max_capacity: crate::units::MAX_CAPACITY,
+    max_capacity_why: "the largest device memory it models",
 };
 
 pub static OFFLINE: PolicyEntry = PolicyEntry {
@@ -40,6 +42,8 @@ pub static OFFLINE: PolicyEntry = PolicyEntry {
     bool_words: ("true", "false"),
     recorded: false,
     search_excludes: &[],
+    max_capacity: crate::units::MAX_CAPACITY,
+    max_capacity_why: "the largest device memory it models",
 };
 
 /// The alignment of an offline bound's spec options (0: the source's default).

@@ -64,8 +64,10 @@ pub const DEFAULT_CHUNK: u64 = 32 << 20;
 const NIL: u32 = u32::MAX;
 /// The fewest stamps the recency tree has room for.
 const MIN_STAMPS: usize = 1024;
-/// Virtual range the simulated pool reserves (the driver reserves a large range up front).
-const POOL_VA: u64 = 1 << 40;
+/// Virtual range the simulated pool reserves (the driver reserves a large range up front): the
+/// most it holds, so the largest device memory `cuda-async` models (its entry's
+/// `max_capacity`).
+pub const POOL_VA: u64 = 1 << 40;
 
 const OPTIONS: &[OptionSpec] = &[
     OptionSpec::new(
@@ -102,6 +104,8 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     bool_words: ("true", "false"),
     recorded: false,
     search_excludes: &[],
+    max_capacity: POOL_VA,
+    max_capacity_why: "what its memory pool's reserved address range holds",
 };
 
 pub fn from_spec<B: FromPolicy>(options: &str, ctx: &PolicyContext) -> Result<B> {
@@ -202,6 +206,16 @@ impl CudaAsync {
                 )));
             }
             preallocate = release_threshold;
+        }
+        // What the pool's reserved range holds (its entry's `max_capacity`): a larger
+        // preallocation or chunk would be mapped beyond it.
+        for (what, v) in [("preallocate", preallocate), ("chunk_size", chunk)] {
+            if v > POOL_VA {
+                return Err(Error::PolicySpec(format!(
+                    "{P}: {what} is {v} bytes, more than the pool's reserved address range ({POOL_VA} bytes, {}), the largest device memory {P} models",
+                    crate::units::format_bytes(POOL_VA)
+                )));
+            }
         }
         let name = if options.trim().is_empty() { P.to_string() } else { format!("{P}:{}", options.trim()) };
         Ok(Self::new(name, release_threshold, preallocate, chunk))

@@ -45,6 +45,8 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     bool_words: ("true", "false"),
     recorded: false,
     search_excludes: &[],
+    max_capacity: crate::device::memory::MAX_DEVICE_MEMORY,
+    max_capacity_why: "what its modelled CUDA address space holds",
 };
 
 pub fn from_spec<B: FromPolicy>(options: &str, _ctx: &PolicyContext) -> Result<B> {

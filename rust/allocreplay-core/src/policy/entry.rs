@@ -52,6 +52,15 @@ pub struct PolicyEntry {
     pub recorded: bool,
     /// Pairs of options a search never sets together.
     pub search_excludes: &'static [(&'static str, &'static str)],
+    /// The largest device memory (the limit a replay runs under: `--capacity`, a recorded cap,
+    /// the device's memory) the policy models; a replay under a larger limit is refused with
+    /// the reason, never silently clamped (issue 28, class 2; docs/bad-inputs.md). The
+    /// allocators that place memory in the modelled CUDA address space stop at what it holds
+    /// ([`crate::device::memory::MAX_DEVICE_MEMORY`]), `cuda-async` at its pool's reserved
+    /// range, the offline bounds at [`crate::units::MAX_CAPACITY`].
+    pub max_capacity: u64,
+    /// What bounds [`Self::max_capacity`], for the message of [`Self::check_capacity`].
+    pub max_capacity_why: &'static str,
 }
 
 impl PolicyEntry {
@@ -70,6 +79,21 @@ impl PolicyEntry {
         } else {
             Error::PolicySpec(format!("unknown option '{key}' for {}; options: {}", self.name, self.option_names().join(", ")))
         }
+    }
+
+    /// `Ok` when the policy models a device of `limit` bytes (`None`: no limit); else why not,
+    /// naming the policy, the largest device memory it models and `limit`'s `source` (a
+    /// `replay::CapacitySource` name): a replay under a limit beyond [`Self::max_capacity`] is
+    /// refused, never clamped.
+    pub fn check_capacity(&self, limit: Option<u64>, source: &str) -> Result<()> {
+        let Some(limit) = limit.filter(|&l| l > self.max_capacity) else { return Ok(()) };
+        Err(Error::InvalidArgument(format!(
+            "{} models device memories up to {} bytes ({}, {}); the limit of this replay is {limit} bytes ({source}): give a --capacity of at most that",
+            self.name,
+            self.max_capacity,
+            crate::units::format_bytes(self.max_capacity),
+            self.max_capacity_why,
+        )))
     }
 
     /// The `name:options` spec of some option values (in the policy's syntax).

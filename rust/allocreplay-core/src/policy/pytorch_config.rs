@@ -19,6 +19,8 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     bool_words: ("True", "False"),
     recorded: true,
     search_excludes: &[],
+    max_capacity: crate::device::memory::MAX_DEVICE_MEMORY,
+    max_capacity_why: "what its modelled CUDA address space holds",
 };
 
 pub const MB: u64 = 1024 * 1024;
