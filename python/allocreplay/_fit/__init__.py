@@ -407,8 +407,11 @@ def _breakdown(table: pl.DataFrame, names: list[str], cap: int) -> tuple[pl.Data
     fn = getattr(analysis, "breakdown", None)
     if fn is None:
         return None, {n: row[n] for n in names}
-    from allocreplay._api import load
+    from allocreplay._api import load, policies
 
-    # Replayed without a limit (1 PiB): the whole peak the candidate needs, not where it stopped.
-    df = fn(load(row["trace"]), "pytorch", capacity=1 << 50)
+    # Replayed at the largest device memory pytorch models (its modelled CUDA address space,
+    # 15 TiB; more is refused, not clamped): the whole peak the candidate needs, not where it
+    # stopped.
+    limit = next(p.max_capacity for p in policies() if p.name == "pytorch")
+    df = fn(load(row["trace"]), "pytorch", capacity=limit)
     return df, {n: row[n] for n in names}

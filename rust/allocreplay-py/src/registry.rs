@@ -58,6 +58,9 @@ struct PyPolicyInfo {
     options: Py<PyTuple>,
     /// Pairs of option names a search never sets together.
     search_excludes: Vec<(String, String)>,
+    /// The largest device memory (bytes) the policy models: a replay under a larger limit is a
+    /// row with the reason (docs/bad-inputs.md, *Capacities per policy*).
+    max_capacity: u64,
 }
 
 #[pymethods]
@@ -101,6 +104,7 @@ fn info(py: Python<'_>, e: &PolicyEntry) -> PyResult<PyPolicyInfo> {
         recorded: e.recorded,
         options: PyTuple::new(py, options)?.unbind(),
         search_excludes: e.search_excludes.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+        max_capacity: e.max_capacity,
     })
 }
 
