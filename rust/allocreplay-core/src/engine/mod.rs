@@ -336,37 +336,7 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
         // the branch predictor follows beat an indirect jump through a table.
         if code == Action::Alloc as u8 {
             events += 1;
-            let id = alloc_id[j];
-            // What the recorded run did is read for seeds and for `validate` only: no policy
-            // looks at it otherwise (two columns fewer to stream through per request).
-            let (recorded_addr, recorded_chunk) = if seed || recorded_addresses {
-                (c.addr.is_valid(j).then(|| c.addr.value(j)), rows.chunk_col.filter(|col| col.is_valid(j)).map(|col| col.value(j)))
-            } else {
-                (None, None)
-            };
-            let req = Request { event: i, id, size: size[j], stream: stream[j], pool: pool[j], recorded_addr, recorded_chunk };
-            let dev = &mut st.dev;
-            if recorded_addresses {
-                dev.set_hints(st.pending_hints.drain(..));
-                dev.request_hint = recorded_addr;
-            }
-            let res: Result<Placement, OutOfMemory> = if seed { policy.seed_alloc(&req, dev) } else { policy.malloc(&req, dev) };
-            // Only `validate` sets hints (the request's address, the device allocations
-            // recorded before it): otherwise there is nothing to clear.
-            if recorded_addresses {
-                dev.clear_hints();
-            }
-            match res {
-                Ok(p) => {
-                    if placements {
-                        st.placements.push(PlacementRow { event: i, id, placement: p });
-                    }
-                }
-                Err(oom) => {
-                    st.failed.insert(id);
-                    st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
-                }
-            }
+            alloc_row(policy, st, rows, j, i, (alloc_id[j], size[j], stream[j], pool[j]), seed, recorded_addresses, placements);
         } else if code == Action::FreeRequested as u8 {
             events += 1;
             let id = alloc_id[j];
@@ -421,6 +391,55 @@ fn replay_run<P: Policy + ?Sized, const PLAIN: bool>(
     st.events = events;
     (st.peak_reserved, st.peak_allocated) = (peak_reserved, peak_allocated);
     st.timeline = timeline;
+}
+
+/// An alloc row of [`replay_run`] (event `i`, row `j`; `request`: its id, size, stream and pool):
+/// the policy's `malloc` (`seed_alloc` for a seed), then its placement or its OOM. Inlined into
+/// the loop, as if written there.
+#[inline(always)]
+fn alloc_row<P: Policy + ?Sized>(
+    policy: &mut P,
+    st: &mut ReplayState,
+    rows: &Rows<'_, '_>,
+    j: usize,
+    i: usize,
+    request: (u64, u64, i64, u32),
+    seed: bool,
+    recorded_addresses: bool,
+    placements: bool,
+) {
+    let c = rows.c;
+    let (id, size, stream, pool) = request;
+    // What the recorded run did is read for seeds and for `validate` only: no policy
+    // looks at it otherwise (two columns fewer to stream through per request).
+    let (recorded_addr, recorded_chunk) = if seed || recorded_addresses {
+        (c.addr.is_valid(j).then(|| c.addr.value(j)), rows.chunk_col.filter(|col| col.is_valid(j)).map(|col| col.value(j)))
+    } else {
+        (None, None)
+    };
+    let req = Request { event: i, id, size, stream, pool, recorded_addr, recorded_chunk };
+    let dev = &mut st.dev;
+    if recorded_addresses {
+        dev.set_hints(st.pending_hints.drain(..));
+        dev.request_hint = recorded_addr;
+    }
+    let res: Result<Placement, OutOfMemory> = if seed { policy.seed_alloc(&req, dev) } else { policy.malloc(&req, dev) };
+    // Only `validate` sets hints (the request's address, the device allocations
+    // recorded before it): otherwise there is nothing to clear.
+    if recorded_addresses {
+        dev.clear_hints();
+    }
+    match res {
+        Ok(p) => {
+            if placements {
+                st.placements.push(PlacementRow { event: i, id, placement: p });
+            }
+        }
+        Err(oom) => {
+            st.failed.insert(id);
+            st.first_oom.get_or_insert_with(|| FirstOom::at(i, req.size, &oom, policy.stats()));
+        }
+    }
 }
 
 /// A row of `replay_run` other than an alloc or a free (rare: out of line); returns whether it

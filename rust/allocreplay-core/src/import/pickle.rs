@@ -861,7 +861,7 @@ impl<'a, 'k> Parser<'a, 'k> {
         let (pos0, memo0, spans0, boxed0) = (self.pos, self.memo.len(), self.p.spans.len(), self.p.boxed.len());
         let (seqs_ranges0, seqs_items0) = (self.p.seqs.ranges.len(), self.p.seqs.items.len());
         let dict = self.p.dicts.ranges.len();
-        let ok = self.fast_record_items(data, dict);
+        let ok = self.fast_record_items(data, dict).is_some();
         if !ok {
             self.pos = pos0;
             self.memo.truncate(memo0);
@@ -914,127 +914,138 @@ impl<'a, 'k> Parser<'a, 'k> {
         Some(())
     }
 
-    fn fast_record_items(&mut self, data: &'a [u8], dict: usize) -> bool {
-        (|| -> Option<()> {
-            let dict_u32 = u32::try_from(dict).ok()?;
-            // MEMOIZE of the dict (required: the pickler always writes it), MARK.
-            if self.fast_byte(data)? != 0x94 || self.memo.len() >= data.len() {
+    /// [`Parser::fast_record`]'s pass over the record dict `dict` (None: not one it reads).
+    fn fast_record_items(&mut self, data: &'a [u8], dict: usize) -> Option<()> {
+        let dict_u32 = u32::try_from(dict).ok()?;
+        // MEMOIZE of the dict (required: the pickler always writes it), MARK.
+        if self.fast_byte(data)? != 0x94 || self.memo.len() >= data.len() {
+            return None;
+        }
+        self.memo.push(pack_index(dict_u32, P_DICT));
+        if self.fast_byte(data)? != b'(' {
+            return None;
+        }
+        // Values stay packed words from the file to the record (and the memo): no `Value`
+        // goes through memory on the way (built in pieces, it stalled store forwarding).
+        let mut fields = [ABSENT; RECORD_FIELDS];
+        // Keys seen, one bit per record key: a repeated key leaves the fast path.
+        let mut seen = 0u32;
+        loop {
+            let op = self.fast_byte(data)?;
+            if op == b'u' {
+                break;
+            }
+            let k = self.fast_get_packed(data, op)?;
+            if k & 0xf != P_STR {
                 return None;
             }
-            self.memo.push(pack_index(dict_u32, P_DICT));
-            if self.fast_byte(data)? != b'(' {
+            let c = self.key_class((k >> 4) as u32);
+            if c == KEY_OTHER || seen & (1 << c) != 0 {
                 return None;
             }
-            // Values stay packed words from the file to the record (and the memo): no `Value`
-            // goes through memory on the way (built in pieces, it stalled store forwarding).
-            let mut fields = [ABSENT; RECORD_FIELDS];
-            // Keys seen, one bit per record key: a repeated key leaves the fast path.
-            let mut seen = 0u32;
-            loop {
-                let op = self.fast_byte(data)?;
-                if op == b'u' {
-                    break;
-                }
-                let k = self.fast_get_packed(data, op)?;
-                if k & 0xf != P_STR {
+            seen |= 1 << c;
+            fields[c as usize] = self.fast_value(data)?;
+        }
+        let r = u32::try_from(self.p.records.len()).ok()?;
+        if self.prefault.is_some() && self.p.records.len().is_multiple_of(PREFAULT_EVERY) {
+            self.publish_arenas();
+        }
+        self.p.records.push(fields);
+        self.p.dicts.ranges.push((r, RECORD));
+        self.stack.push(Value::Dict(dict_u32));
+        Some(())
+    }
+
+    /// A record's value at `self.pos`, as the packed word the record holds: a small int, a
+    /// LONG1 of up to 8 bytes, None, a bool, a memo reference, a short string or a list of memo
+    /// references.
+    #[inline(always)]
+    fn fast_value(&mut self, data: &'a [u8]) -> Option<u64> {
+        let op = self.fast_byte(data)?;
+        Some(match op {
+            b'K' => pack_small_int(self.fast_byte(data)? as i64),
+            b'M' => {
+                let b = data.get(self.pos..self.pos + 2)?;
+                self.pos += 2;
+                pack_small_int(u16::from_le_bytes([b[0], b[1]]) as i64)
+            }
+            b'J' => {
+                let b = data.get(self.pos..self.pos + 4)?;
+                self.pos += 4;
+                pack_small_int(i32::from_le_bytes(b.try_into().unwrap()) as i64)
+            }
+            0x8a => {
+                let n = *data.get(self.pos)? as usize;
+                if n == 0 || n > 8 || self.pos + 9 > data.len() {
                     return None;
                 }
-                let c = self.key_class((k >> 4) as u32);
-                if c == KEY_OTHER || seen & (1 << c) != 0 {
-                    return None;
+                let raw = u64::from_le_bytes(data[self.pos + 1..self.pos + 9].try_into().unwrap());
+                let shift = 64 - 8 * n as u32;
+                self.pos += 1 + n;
+                self.pack(Value::Int(((raw << shift) as i64) >> shift))
+            }
+            b'N' => P_NONE,
+            0x88 => P_TRUE,
+            0x89 => P_FALSE,
+            b'h' | b'j' => self.fast_get_packed(data, op)?,
+            0x8c => self.fast_short_str(data)?,
+            b']' => self.fast_ref_list(data)?,
+            _ => return None,
+        })
+    }
+
+    /// SHORT_BINUNICODE (after its opcode): as `span` stores it (an invalid one is left to the
+    /// general loop, which reports it), memoized if a MEMOIZE follows.
+    #[inline(always)]
+    fn fast_short_str(&mut self, data: &'a [u8]) -> Option<u64> {
+        let n = self.fast_byte(data)? as usize;
+        let start = self.pos;
+        let text = data.get(start..start + n)?;
+        if !text.is_ascii() && std::str::from_utf8(text).is_err() {
+            return None;
+        }
+        self.pos += n;
+        let idx = self.p.spans.len() as u32;
+        self.p.spans.push((start, start + n));
+        let f = pack_index(idx, P_STR);
+        self.fast_memoize(data, f)?;
+        Some(f)
+    }
+
+    /// A list of memo references (after its EMPTY_LIST): MEMOIZE?, then nothing, one reference
+    /// and APPEND, or MARK, references, APPENDS.
+    #[inline(always)]
+    fn fast_ref_list(&mut self, data: &'a [u8]) -> Option<u64> {
+        let l = u32::try_from(self.p.seqs.ranges.len()).ok()?;
+        self.fast_memoize(data, pack_index(l, P_LIST))?;
+        let start = self.p.seqs.items.len();
+        match data.get(self.pos) {
+            Some(b'(') => {
+                self.pos += 1;
+                loop {
+                    let op = self.fast_byte(data)?;
+                    if op == b'e' {
+                        break;
+                    }
+                    let item = self.fast_get(data, op)?;
+                    self.p.seqs.items.push(item);
                 }
-                seen |= 1 << c;
+            }
+            Some(b'h' | b'j') if matches!(data.get(self.pos + if data[self.pos] == b'h' { 2 } else { 5 }), Some(b'a')) => {
                 let op = self.fast_byte(data)?;
-                let f = match op {
-                    b'K' => pack_small_int(self.fast_byte(data)? as i64),
-                    b'M' => {
-                        let b = data.get(self.pos..self.pos + 2)?;
-                        self.pos += 2;
-                        pack_small_int(u16::from_le_bytes([b[0], b[1]]) as i64)
-                    }
-                    b'J' => {
-                        let b = data.get(self.pos..self.pos + 4)?;
-                        self.pos += 4;
-                        pack_small_int(i32::from_le_bytes(b.try_into().unwrap()) as i64)
-                    }
-                    0x8a => {
-                        let n = *data.get(self.pos)? as usize;
-                        if n == 0 || n > 8 || self.pos + 9 > data.len() {
-                            return None;
-                        }
-                        let raw = u64::from_le_bytes(data[self.pos + 1..self.pos + 9].try_into().unwrap());
-                        let shift = 64 - 8 * n as u32;
-                        self.pos += 1 + n;
-                        self.pack(Value::Int(((raw << shift) as i64) >> shift))
-                    }
-                    b'N' => P_NONE,
-                    0x88 => P_TRUE,
-                    0x89 => P_FALSE,
-                    b'h' | b'j' => self.fast_get_packed(data, op)?,
-                    0x8c => {
-                        // SHORT_BINUNICODE: as `span` stores it (an invalid one is left to the
-                        // general loop, which reports it).
-                        let n = self.fast_byte(data)? as usize;
-                        let start = self.pos;
-                        let text = data.get(start..start + n)?;
-                        if !text.is_ascii() && std::str::from_utf8(text).is_err() {
-                            return None;
-                        }
-                        self.pos += n;
-                        let idx = self.p.spans.len() as u32;
-                        self.p.spans.push((start, start + n));
-                        let f = pack_index(idx, P_STR);
-                        self.fast_memoize(data, f)?;
-                        f
-                    }
-                    b']' => {
-                        // A list of memo references: EMPTY_LIST, MEMOIZE?, then nothing, one
-                        // reference and APPEND, or MARK, references, APPENDS.
-                        let l = u32::try_from(self.p.seqs.ranges.len()).ok()?;
-                        self.fast_memoize(data, pack_index(l, P_LIST))?;
-                        let start = self.p.seqs.items.len();
-                        match data.get(self.pos) {
-                            Some(b'(') => {
-                                self.pos += 1;
-                                loop {
-                                    let op = self.fast_byte(data)?;
-                                    if op == b'e' {
-                                        break;
-                                    }
-                                    let item = self.fast_get(data, op)?;
-                                    self.p.seqs.items.push(item);
-                                }
-                            }
-                            Some(b'h' | b'j') if matches!(data.get(self.pos + if data[self.pos] == b'h' { 2 } else { 5 }), Some(b'a')) => {
-                                let op = self.fast_byte(data)?;
-                                let item = self.fast_get(data, op)?;
-                                self.p.seqs.items.push(item);
-                                self.pos += 1;
-                            }
-                            _ => {}
-                        }
-                        let n = self.p.seqs.items.len() - start;
-                        let (start, n) = (u32::try_from(start).ok()?, u32::try_from(n).ok().filter(|&n| n < RECORD)?);
-                        if self.p.seqs.items.len() > u32::MAX as usize {
-                            return None;
-                        }
-                        self.p.seqs.ranges.push((start, n));
-                        pack_index(l, P_LIST)
-                    }
-                    _ => return None,
-                };
-                fields[c as usize] = f;
+                let item = self.fast_get(data, op)?;
+                self.p.seqs.items.push(item);
+                self.pos += 1;
             }
-            let r = u32::try_from(self.p.records.len()).ok()?;
-            if self.prefault.is_some() && self.p.records.len().is_multiple_of(PREFAULT_EVERY) {
-                self.publish_arenas();
-            }
-            self.p.records.push(fields);
-            self.p.dicts.ranges.push((r, RECORD));
-            self.stack.push(Value::Dict(dict_u32));
-            Some(())
-        })()
-        .is_some()
+            _ => {}
+        }
+        let n = self.p.seqs.items.len() - start;
+        let (start, n) = (u32::try_from(start).ok()?, u32::try_from(n).ok().filter(|&n| n < RECORD)?);
+        if self.p.seqs.items.len() > u32::MAX as usize {
+            return None;
+        }
+        self.p.seqs.ranges.push((start, n));
+        Some(pack_index(l, P_LIST))
     }
 
     /// Tells the prefaulting thread where the arenas end now: it populates a little ahead of
@@ -1080,12 +1091,74 @@ impl<'a, 'k> Parser<'a, 'k> {
     }
 
     fn run(mut self) -> Result<Pickle<'a>, PickleError> {
+        self.check_start()?;
+        let mut frame_end = 0usize;
+        loop {
+            let op = match self.take(1) {
+                Ok(b) => b[0],
+                Err(_) => {
+                    return Err(corrupt(format!("pickle ends at byte {} without a STOP opcode (truncated file?)", self.p.data.len())))
+                }
+            };
+            // Python's `_Unpickler.dispatch`: one `load_*` each, or the line that does it.
+            match op {
+                0x80 => self.load_proto()?,
+                0x95 => self.load_frame(&mut frame_end)?,
+                b'.' => return self.load_stop(),
+                b'(' => self.marks.push(self.stack.len()), // MARK
+                b'0' => self.load_pop()?,
+                b'1' => self.load_pop_mark()?,
+                b'2' => self.load_dup()?,
+                b'N' => self.stack.push(Value::None),
+                0x88 => self.stack.push(Value::Bool(true)),
+                0x89 => self.stack.push(Value::Bool(false)),
+                b'J' => self.load_binint()?,
+                b'K' => self.load_binint1()?,
+                b'M' => self.load_binint2()?,
+                0x8a => self.push_long1()?,
+                0x8b => self.load_long4()?,
+                b'I' | b'L' => self.load_int()?,
+                b'G' => self.load_binfloat()?,
+                b'F' => self.load_float()?,
+                0x8c => self.load_counted(1, true)?,         // SHORT_BINUNICODE
+                b'X' => self.load_counted(4, true)?,         // BINUNICODE
+                0x8d => self.load_counted(8, true)?,         // BINUNICODE8
+                b'U' | b'C' => self.load_counted(1, false)?, // SHORT_BINSTRING, SHORT_BINBYTES
+                b'T' | b'B' => self.load_counted(4, false)?, // BINSTRING, BINBYTES
+                0x8e => self.load_counted(8, false)?,        // BINBYTES8
+                // EMPTY_LIST; EMPTY_SET, kept as a list.
+                b']' | 0x8f => self.push_new_list(self.stack.len())?,
+                b'}' => self.load_empty_dict()?,
+                b')' => self.push_new_tuple(self.stack.len())?,
+                b'l' => self.load_list()?,
+                // TUPLE; FROZENSET, kept as a tuple.
+                b't' | 0x91 => self.load_tuple()?,
+                0x85..=0x87 => self.load_tuple_n((op - 0x84) as usize)?,
+                b'd' => self.load_dict()?,
+                b'a' => self.load_append()?,
+                // APPENDS; ADDITEMS (to a set, kept as a list).
+                b'e' | 0x90 => self.load_appends()?,
+                b's' => self.load_setitem()?,
+                b'u' => self.load_setitems()?,
+                0x94 => self.load_memoize()?,
+                b'q' => self.load_binput()?,
+                b'r' => self.load_long_binput()?,
+                b'p' => self.load_put()?,
+                b'h' => self.load_binget()?,
+                b'j' => self.load_long_binget()?,
+                b'g' => self.load_get()?,
+                _ => return Err(self.bad_opcode(op)),
+            }
+        }
+    }
+
+    /// The first byte: PROTO for protocol 2+; protocols 0/1 start with whatever opcode builds
+    /// the first object (a MARK, an empty container, a GLOBAL, a literal).
+    fn check_start(&self) -> Result<(), PickleError> {
         let data = self.p.data;
         if data.is_empty() {
             return Err(corrupt("file is empty".into()));
         }
-        // Protocol 2+ starts with PROTO; protocols 0/1 start with whatever opcode builds the
-        // first object (a MARK, an empty container, a GLOBAL, a literal).
         if data[0] != 0x80
             && !matches!(
                 data[0],
@@ -1094,262 +1167,301 @@ impl<'a, 'k> Parser<'a, 'k> {
         {
             return Err(corrupt(format!("not a pickle (starts with bytes {:02x?})", &data[..data.len().min(4)])));
         }
-        let mut frame_end = 0usize;
-        loop {
-            let op = match self.take(1) {
-                Ok(b) => b[0],
-                Err(_) => return Err(corrupt(format!("pickle ends at byte {} without a STOP opcode (truncated file?)", data.len()))),
-            };
-            match op {
-                0x80 => {
-                    let proto = self.u8()?;
-                    if proto > 5 {
-                        return Err(corrupt(format!("unsupported pickle protocol {proto}")));
-                    }
-                }
-                0x95 => {
-                    // FRAME: the next `len` bytes hold whole opcodes. CPython's unpickler
-                    // (`load_frame`) refuses a frame that the data does not hold entirely; its
-                    // Python one also refuses a frame that starts inside the previous one.
-                    let at = self.pos - 1;
-                    // A frame is 64 KiB: where a long parse looks at its cancellation token
-                    // (`crate::cancel`; the importer turns this into `Error::Cancelled`).
-                    if crate::cancel::requested() {
-                        return Err(corrupt("cancelled".into()));
-                    }
-                    if at < frame_end {
-                        return Err(corrupt(format!("FRAME at byte {at} begins before the previous frame ends (byte {frame_end})")));
-                    }
-                    let len = self.u64le()?;
-                    if len > (data.len() - self.pos) as u64 {
-                        return Err(corrupt(format!(
-                            "FRAME at byte {at} declares {len} bytes but only {} follow (truncated file?)",
-                            data.len() - self.pos
-                        )));
-                    }
-                    frame_end = self.pos + len as usize;
-                }
-                b'.' => {
-                    // STOP
-                    self.p.root = self.pop()?;
-                    if self.prefault.is_some() {
-                        // A large parse (the caller prefaults): its memo's release need not
-                        // hold up the import.
-                        crate::prefault::drop_in_background(std::mem::take(&mut self.memo));
-                    }
-                    return Ok(self.p);
-                }
-                b'(' => self.marks.push(self.stack.len()),
-                b'0' => {
-                    self.pop()?;
-                }
-                b'1' => {
-                    let m = self.pop_mark()?;
-                    self.stack.truncate(m);
-                }
-                b'2' => {
-                    let v = self.top()?;
-                    self.stack.push(v);
-                }
-                b'N' => self.stack.push(Value::None),
-                0x88 => self.stack.push(Value::Bool(true)),
-                0x89 => self.stack.push(Value::Bool(false)),
-                b'J' => {
-                    let v = self.u32le()? as i32 as i64;
-                    self.stack.push(Value::Int(v));
-                }
-                b'K' => {
-                    let v = self.u8()? as i64;
-                    self.stack.push(Value::Int(v));
-                }
-                b'M' => {
-                    let b = self.take(2)?;
-                    self.stack.push(Value::Int(u16::from_le_bytes([b[0], b[1]]) as i64));
-                }
-                0x8a => self.push_long1()?,
-                0x8b => {
-                    let n = self.u32le()? as usize;
-                    let b = self.take(n)?;
-                    self.stack.push(Self::long(b));
-                }
-                b'I' | b'L' => {
-                    let l = self.line()?;
-                    let s = std::str::from_utf8(l).unwrap_or("").trim_end_matches('L');
-                    let v = match s {
-                        "00" => Value::Bool(false),
-                        "01" => Value::Bool(true),
-                        _ => match s.parse::<i64>() {
-                            Ok(i) => Value::Int(i),
-                            Err(_) => {
-                                Value::BigInt(s.parse::<f64>().map_err(|_| corrupt(format!("bad INT literal at byte {}", self.pos)))?)
-                            }
-                        },
-                    };
-                    self.stack.push(v);
-                }
-                b'G' => {
-                    let b = self.take(8)?;
-                    self.stack.push(Value::Float(f64::from_be_bytes(b.try_into().unwrap())));
-                }
-                b'F' => {
-                    let l = self.line()?;
-                    let f = std::str::from_utf8(l)
-                        .ok()
-                        .and_then(|s| s.parse::<f64>().ok())
-                        .ok_or_else(|| corrupt(format!("bad FLOAT literal at byte {}", self.pos)))?;
-                    self.stack.push(Value::Float(f));
-                }
-                0x8c => {
-                    let n = self.u8()? as usize;
-                    self.push_span(n, true)?;
-                }
-                b'X' => {
-                    let n = self.u32le()? as usize;
-                    self.push_span(n, true)?;
-                }
-                0x8d => {
-                    let n = self.u64le()? as usize;
-                    self.push_span(n, true)?;
-                }
-                b'U' => {
-                    let n = self.u8()? as usize;
-                    self.push_span(n, false)?;
-                }
-                b'T' => {
-                    let n = self.u32le()? as usize;
-                    self.push_span(n, false)?;
-                }
-                b'C' => {
-                    let n = self.u8()? as usize;
-                    self.push_span(n, false)?;
-                }
-                b'B' => {
-                    let n = self.u32le()? as usize;
-                    self.push_span(n, false)?;
-                }
-                0x8e => {
-                    let n = self.u64le()? as usize;
-                    self.push_span(n, false)?;
-                }
-                b']' | 0x8f => {
-                    // EMPTY_LIST; EMPTY_SET, kept as a list.
-                    self.push_new_list(self.stack.len())?;
-                }
-                b'}' => {
-                    if self.record_keys.is_empty() || !self.fast_record() {
-                        self.push_new_dict(self.stack.len())?;
-                    }
-                }
-                b')' => {
-                    self.push_new_tuple(self.stack.len())?;
-                }
-                b'l' => {
-                    let m = self.pop_mark()?;
-                    self.push_new_list(m)?;
-                }
-                b't' | 0x91 => {
-                    // TUPLE; FROZENSET, kept as a tuple.
-                    let m = self.pop_mark()?;
-                    self.push_new_tuple(m)?;
-                }
-                0x85..=0x87 => {
-                    let n = (op - 0x84) as usize;
-                    if self.stack.len() < n {
-                        return Err(corrupt(format!("stack underflow at byte {}", self.pos)));
-                    }
-                    self.push_new_tuple(self.stack.len() - n)?;
-                }
-                b'd' => {
-                    let m = self.pop_mark()?;
-                    self.push_new_dict(m)?;
-                }
-                b'a' => {
-                    if self.stack.len() < 2 {
-                        return Err(corrupt(format!("stack underflow at byte {}", self.pos)));
-                    }
-                    self.append_from(self.stack.len() - 1)?;
-                }
-                b'e' => {
-                    let m = self.pop_mark()?;
-                    self.append_from(m)?;
-                }
-                0x90 => {
-                    // ADDITEMS (to a set, kept as a list).
-                    let m = self.pop_mark()?;
-                    self.append_from(m)?;
-                }
-                b's' => {
-                    if self.stack.len() < 3 {
-                        return Err(corrupt(format!("stack underflow at byte {}", self.pos)));
-                    }
-                    self.set_items_from(self.stack.len() - 2)?;
-                }
-                b'u' => {
-                    let m = self.pop_mark()?;
-                    self.set_items_from(m)?;
-                }
-                0x94 => {
-                    // MEMOIZE
-                    let Some(&v) = self.stack.last() else { return Err(self.underflow()) };
-                    let idx = self.memo.len();
-                    self.memo_put(idx, v);
-                }
-                b'q' => {
-                    let idx = self.u8()? as usize;
-                    let v = self.top()?;
-                    self.memo_put(idx, v);
-                }
-                b'r' => {
-                    let idx = self.u32le()? as usize;
-                    let v = self.top()?;
-                    self.memo_put(idx, v);
-                }
-                b'p' => {
-                    let l = self.line()?;
-                    let idx = std::str::from_utf8(l)
-                        .ok()
-                        .and_then(|s| s.parse::<usize>().ok())
-                        .ok_or_else(|| corrupt(format!("bad PUT at byte {}", self.pos)))?;
-                    let v = self.top()?;
-                    self.memo_put(idx, v);
-                }
-                b'h' => {
-                    let idx = self.u8()? as usize;
-                    self.push_memo(idx)?;
-                }
-                b'j' => {
-                    let idx = self.u32le()? as usize;
-                    self.push_memo(idx)?;
-                }
-                b'g' => {
-                    let l = self.line()?;
-                    let idx = std::str::from_utf8(l)
-                        .ok()
-                        .and_then(|s| s.parse::<usize>().ok())
-                        .ok_or_else(|| corrupt(format!("bad GET at byte {}", self.pos)))?;
-                    self.push_memo(idx)?;
-                }
-                b'c' => return Err(self.refuse(op, "imports a global")),
-                0x93 => return Err(self.refuse(op, "imports a global")),
-                b'i' => return Err(self.refuse(op, "builds a class instance")),
-                b'o' | 0x81 | 0x92 => return Err(self.refuse(op, "builds an object")),
-                b'R' => return Err(self.refuse(op, "calls a function (REDUCE)")),
-                b'b' => return Err(self.refuse(op, "sets object state (BUILD)")),
-                b'P' | b'Q' => return Err(self.refuse(op, "holds a persistent id")),
-                0x82..=0x84 => return Err(self.refuse(op, "uses the extension registry")),
-                0x96..=0x98 => return Err(self.refuse(op, "holds out-of-band buffers")),
-                b'V' | b'S' if data[0] != 0x80 => {
-                    // Text opcodes of protocols 0 and 1 that a snapshot never holds (it is
-                    // written with protocol 2 or later): name the file's kind and the fix.
-                    return Err(corrupt(format!(
-                        "a protocol-0/1 (text) pickle: its opcode {:?} at byte {} is one allocreplay does not read; PyTorch writes snapshots with protocol 2 or later (torch.cuda.memory._dump_snapshot): re-save it with pickle.dump(pickle.load(open(IN, 'rb')), open(OUT, 'wb'), protocol=4)",
-                        op as char,
-                        self.pos - 1
-                    )));
-                }
-                _ => return Err(corrupt(format!("not a valid pickle: unknown opcode {op:#04x} at byte {}", self.pos - 1))),
+        Ok(())
+    }
+
+    /// An opcode the parser does not run: one that imports, builds or calls objects (refused
+    /// as unsafe: [`Parser::refuse`]), a text opcode of protocols 0 and 1, or none at all.
+    #[cold]
+    #[inline(never)]
+    fn bad_opcode(&mut self, op: u8) -> PickleError {
+        match op {
+            b'c' => self.refuse(op, "imports a global"),
+            0x93 => self.refuse(op, "imports a global"),
+            b'i' => self.refuse(op, "builds a class instance"),
+            b'o' | 0x81 | 0x92 => self.refuse(op, "builds an object"),
+            b'R' => self.refuse(op, "calls a function (REDUCE)"),
+            b'b' => self.refuse(op, "sets object state (BUILD)"),
+            b'P' | b'Q' => self.refuse(op, "holds a persistent id"),
+            0x82..=0x84 => self.refuse(op, "uses the extension registry"),
+            0x96..=0x98 => self.refuse(op, "holds out-of-band buffers"),
+            b'V' | b'S' if self.p.data[0] != 0x80 => {
+                // Text opcodes of protocols 0 and 1 that a snapshot never holds (it is
+                // written with protocol 2 or later): name the file's kind and the fix.
+                corrupt(format!(
+                    "a protocol-0/1 (text) pickle: its opcode {:?} at byte {} is one allocreplay does not read; PyTorch writes snapshots with protocol 2 or later (torch.cuda.memory._dump_snapshot): re-save it with pickle.dump(pickle.load(open(IN, 'rb')), open(OUT, 'wb'), protocol=4)",
+                    op as char,
+                    self.pos - 1
+                ))
             }
+            _ => corrupt(format!("not a valid pickle: unknown opcode {op:#04x} at byte {}", self.pos - 1)),
         }
+    }
+
+    // The opcodes `run` dispatches, named after Python's `_Unpickler.load_*`.
+
+    #[inline(always)]
+    fn load_proto(&mut self) -> Result<(), PickleError> {
+        let proto = self.u8()?;
+        if proto > 5 {
+            return Err(corrupt(format!("unsupported pickle protocol {proto}")));
+        }
+        Ok(())
+    }
+
+    /// FRAME: the next `len` bytes hold whole opcodes. CPython's unpickler (`load_frame`)
+    /// refuses a frame that the data does not hold entirely; its Python one also refuses a
+    /// frame that starts inside the previous one (`frame_end`, which it moves).
+    #[inline(always)]
+    fn load_frame(&mut self, frame_end: &mut usize) -> Result<(), PickleError> {
+        let data = self.p.data;
+        let at = self.pos - 1;
+        // A frame is 64 KiB: where a long parse looks at its cancellation token
+        // (`crate::cancel`; the importer turns this into `Error::Cancelled`).
+        if crate::cancel::requested() {
+            return Err(corrupt("cancelled".into()));
+        }
+        if at < *frame_end {
+            return Err(corrupt(format!("FRAME at byte {at} begins before the previous frame ends (byte {frame_end})")));
+        }
+        let len = self.u64le()?;
+        if len > (data.len() - self.pos) as u64 {
+            return Err(corrupt(format!(
+                "FRAME at byte {at} declares {len} bytes but only {} follow (truncated file?)",
+                data.len() - self.pos
+            )));
+        }
+        *frame_end = self.pos + len as usize;
+        Ok(())
+    }
+
+    /// STOP: the value on the stack is the pickle's root.
+    fn load_stop(mut self) -> Result<Pickle<'a>, PickleError> {
+        self.p.root = self.pop()?;
+        if self.prefault.is_some() {
+            // A large parse (the caller prefaults): its memo's release need not
+            // hold up the import.
+            crate::prefault::drop_in_background(std::mem::take(&mut self.memo));
+        }
+        Ok(self.p)
+    }
+
+    #[inline(always)]
+    fn load_pop(&mut self) -> Result<(), PickleError> {
+        self.pop()?;
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_pop_mark(&mut self) -> Result<(), PickleError> {
+        let m = self.pop_mark()?;
+        self.stack.truncate(m);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_dup(&mut self) -> Result<(), PickleError> {
+        let v = self.top()?;
+        self.stack.push(v);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_binint(&mut self) -> Result<(), PickleError> {
+        let v = self.u32le()? as i32 as i64;
+        self.stack.push(Value::Int(v));
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_binint1(&mut self) -> Result<(), PickleError> {
+        let v = self.u8()? as i64;
+        self.stack.push(Value::Int(v));
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_binint2(&mut self) -> Result<(), PickleError> {
+        let b = self.take(2)?;
+        self.stack.push(Value::Int(u16::from_le_bytes([b[0], b[1]]) as i64));
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_long4(&mut self) -> Result<(), PickleError> {
+        let n = self.u32le()? as usize;
+        let b = self.take(n)?;
+        self.stack.push(Self::long(b));
+        Ok(())
+    }
+
+    /// INT / LONG: a decimal line (`00` / `01` are False / True, as protocol 0 writes bools).
+    #[inline(always)]
+    fn load_int(&mut self) -> Result<(), PickleError> {
+        let l = self.line()?;
+        let s = std::str::from_utf8(l).unwrap_or("").trim_end_matches('L');
+        let v = match s {
+            "00" => Value::Bool(false),
+            "01" => Value::Bool(true),
+            _ => match s.parse::<i64>() {
+                Ok(i) => Value::Int(i),
+                Err(_) => Value::BigInt(s.parse::<f64>().map_err(|_| corrupt(format!("bad INT literal at byte {}", self.pos)))?),
+            },
+        };
+        self.stack.push(v);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_binfloat(&mut self) -> Result<(), PickleError> {
+        let b = self.take(8)?;
+        self.stack.push(Value::Float(f64::from_be_bytes(b.try_into().unwrap())));
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_float(&mut self) -> Result<(), PickleError> {
+        let l = self.line()?;
+        let f = std::str::from_utf8(l)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .ok_or_else(|| corrupt(format!("bad FLOAT literal at byte {}", self.pos)))?;
+        self.stack.push(Value::Float(f));
+        Ok(())
+    }
+
+    /// A string (`is_str`) or bytes whose length comes first, in `width` (1, 4 or 8) bytes:
+    /// `load_short_binunicode`, `load_binunicode`, `load_binbytes8` and co.
+    #[inline(always)]
+    fn load_counted(&mut self, width: usize, is_str: bool) -> Result<(), PickleError> {
+        let n = match width {
+            1 => self.u8()? as usize,
+            4 => self.u32le()? as usize,
+            _ => self.u64le()? as usize,
+        };
+        self.push_span(n, is_str)
+    }
+
+    /// EMPTY_DICT: read as a record in one pass where it is one (`fast_record`).
+    #[inline(always)]
+    fn load_empty_dict(&mut self) -> Result<(), PickleError> {
+        if self.record_keys.is_empty() || !self.fast_record() {
+            self.push_new_dict(self.stack.len())?;
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_list(&mut self) -> Result<(), PickleError> {
+        let m = self.pop_mark()?;
+        self.push_new_list(m)
+    }
+
+    #[inline(always)]
+    fn load_tuple(&mut self) -> Result<(), PickleError> {
+        let m = self.pop_mark()?;
+        self.push_new_tuple(m)
+    }
+
+    /// TUPLE1, TUPLE2, TUPLE3: of the top `n` values.
+    #[inline(always)]
+    fn load_tuple_n(&mut self, n: usize) -> Result<(), PickleError> {
+        if self.stack.len() < n {
+            return Err(corrupt(format!("stack underflow at byte {}", self.pos)));
+        }
+        self.push_new_tuple(self.stack.len() - n)
+    }
+
+    #[inline(always)]
+    fn load_dict(&mut self) -> Result<(), PickleError> {
+        let m = self.pop_mark()?;
+        self.push_new_dict(m)
+    }
+
+    #[inline(always)]
+    fn load_append(&mut self) -> Result<(), PickleError> {
+        if self.stack.len() < 2 {
+            return Err(corrupt(format!("stack underflow at byte {}", self.pos)));
+        }
+        self.append_from(self.stack.len() - 1)
+    }
+
+    #[inline(always)]
+    fn load_appends(&mut self) -> Result<(), PickleError> {
+        let m = self.pop_mark()?;
+        self.append_from(m)
+    }
+
+    #[inline(always)]
+    fn load_setitem(&mut self) -> Result<(), PickleError> {
+        if self.stack.len() < 3 {
+            return Err(corrupt(format!("stack underflow at byte {}", self.pos)));
+        }
+        self.set_items_from(self.stack.len() - 2)
+    }
+
+    #[inline(always)]
+    fn load_setitems(&mut self) -> Result<(), PickleError> {
+        let m = self.pop_mark()?;
+        self.set_items_from(m)
+    }
+
+    #[inline(always)]
+    fn load_memoize(&mut self) -> Result<(), PickleError> {
+        let Some(&v) = self.stack.last() else { return Err(self.underflow()) };
+        let idx = self.memo.len();
+        self.memo_put(idx, v);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_binput(&mut self) -> Result<(), PickleError> {
+        let idx = self.u8()? as usize;
+        let v = self.top()?;
+        self.memo_put(idx, v);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_long_binput(&mut self) -> Result<(), PickleError> {
+        let idx = self.u32le()? as usize;
+        let v = self.top()?;
+        self.memo_put(idx, v);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_put(&mut self) -> Result<(), PickleError> {
+        let l = self.line()?;
+        let idx = std::str::from_utf8(l)
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+            .ok_or_else(|| corrupt(format!("bad PUT at byte {}", self.pos)))?;
+        let v = self.top()?;
+        self.memo_put(idx, v);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn load_binget(&mut self) -> Result<(), PickleError> {
+        let idx = self.u8()? as usize;
+        self.push_memo(idx)
+    }
+
+    #[inline(always)]
+    fn load_long_binget(&mut self) -> Result<(), PickleError> {
+        let idx = self.u32le()? as usize;
+        self.push_memo(idx)
+    }
+
+    #[inline(always)]
+    fn load_get(&mut self) -> Result<(), PickleError> {
+        let l = self.line()?;
+        let idx = std::str::from_utf8(l)
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+            .ok_or_else(|| corrupt(format!("bad GET at byte {}", self.pos)))?;
+        self.push_memo(idx)
     }
 }
 

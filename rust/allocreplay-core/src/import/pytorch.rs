@@ -107,145 +107,20 @@ const BUILDER_SLOTS: usize = ENTRIES_SLOT + 1;
 
 pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result<Trace> {
     let prefault = if data.len() >= LARGE_INPUT { Prefaulter::start() } else { None };
-    let p = pickle::parse_prefaulted(data, &ENTRY_KEYS, prefault.as_ref()).map_err(|e| match e {
-        _ if crate::cancel::requested() => Error::Cancelled,
-        PickleError::Corrupt(m) => Error::format(path, m),
-        PickleError::Unsafe(m) => Error::unsafe_pickle(path, m),
-    })?;
-    if let Some(pf) = &prefault {
-        for slot in 0..pickle::ARENA_SLOTS {
-            pf.clear(slot);
-        }
-    }
+    let p = parse_snapshot(path, data, prefault.as_ref())?;
     let bad = |m: String| Error::format(path, m);
-    if p.dict(p.root).is_none() {
-        return Err(bad(format!(
-            "not a PyTorch memory snapshot: the pickle holds a {}, not the dict written by torch.cuda.memory._dump_snapshot",
-            Pickle::type_name(p.root)
-        )));
-    }
-    let Some(traces) = p.get(p.root, "device_traces") else {
-        return Err(bad(format!(
-            "not a PyTorch memory snapshot: no 'device_traces' key (keys: {}); record with torch.cuda.memory._record_memory_history() before _dump_snapshot",
-            p.keys(p.root).join(", ")
-        )));
-    };
-    let traces = p.list(traces).ok_or_else(|| bad("'device_traces' is not a list".into()))?;
+    let traces = device_traces(&p, path)?;
 
     let mut metadata = TraceMetadata::new("pytorch");
     metadata.source_path = Some(path.display().to_string());
     if let Some(s) = p.get(p.root, "allocator_settings") {
         metadata.allocator_settings = p.to_json(s).map_err(|e| bad(format!("'allocator_settings': {e}")))?;
     }
+    let (finals, pools) = final_segments(&p, path, data.len())?;
+    metadata.pools = pools;
 
-    // Pools: index 0 is the default pool (0, 0); private pools get indices in order seen.
-    let mut pool_index: HashMap<(i64, i64), u32> = HashMap::from([((0, 0), 0)]);
-    let segments = match p.get(p.root, "segments") {
-        Some(v) => p.list(v).ok_or_else(|| bad("'segments' is not a list".into()))?.to_vec(),
-        None => Vec::new(),
-    };
-    let mut finals: Vec<FinalSegment> = Vec::with_capacity(segments.len());
-    // Blocks are read once per segment that lists them: a blocks list shared by many segments
-    // (memo references) would multiply; the total is bounded by the input's size.
-    let mut blocks_seen = 0usize;
-    for (i, &s) in segments.iter().enumerate() {
-        let req = |k: &str| -> Result<Value> { p.get(s, k).ok_or_else(|| bad(format!("segment {i} has no '{k}'"))) };
-        let int = |k: &str| -> Result<i64> { p.int(req(k)?).ok_or_else(|| bad(format!("segment {i}: '{k}' is not an integer"))) };
-        let pool_id = match p.get(s, "segment_pool_id").and_then(|v| p.list(v)) {
-            Some([a, b]) => (p.int(*a).unwrap_or(0), p.int(*b).unwrap_or(0)),
-            _ => (0, 0),
-        };
-        let next = pool_index.len() as u32;
-        let pool = *pool_index.entry(pool_id).or_insert(next);
-        let mut live_blocks = Vec::new();
-        if let Some(blocks) = p.get(s, "blocks").and_then(|v| p.list(v)) {
-            blocks_seen += blocks.len();
-            if blocks_seen > data.len() {
-                return Err(bad(format!(
-                    "the segments list more blocks than the file has bytes ({}): shared references expand the snapshot; refused",
-                    data.len()
-                )));
-            }
-            for (j, &b) in blocks.iter().enumerate() {
-                let state = p.get(b, "state").and_then(|v| p.str(v)).unwrap_or("");
-                if state == "active_allocated" || state == "active_pending_free" {
-                    let at = || format!("segment {i} block {j}");
-                    let addr = p.get(b, "address").ok_or_else(|| bad(format!("{}: block without address", at())))?;
-                    let addr = address_value(&p, addr).map_err(|m| bad(format!("{}: 'address' {m}", at())))?;
-                    let req = match p.get(b, "requested_size").or_else(|| p.get(b, "size")) {
-                        Some(v) => size_value(&p, v).map_err(|m| bad(format!("{}: 'requested_size' {m}", at())))?,
-                        None => return Err(bad(format!("{}: block has neither 'requested_size' nor 'size'", at()))),
-                    };
-                    live_blocks.push((addr, req, state == "active_pending_free"));
-                }
-            }
-        }
-        let device = int("device")?;
-        let device = i32::try_from(device)
-            .ok()
-            .filter(|&d| d >= 0)
-            .ok_or_else(|| bad(format!("segment {i}: 'device' {device} is not a device index (0 to 2^31 - 1)")))?;
-        let address = address_value(&p, req("address")?).map_err(|m| bad(format!("segment {i}: 'address' {m}")))?;
-        let total_size = size_value(&p, req("total_size")?).map_err(|m| bad(format!("segment {i}: 'total_size' {m}")))?;
-        finals.push(FinalSegment {
-            device,
-            address,
-            total_size,
-            stream: int("stream")?,
-            pool,
-            is_expandable: p.get(s, "is_expandable").map(|v| v == Value::Bool(true)).unwrap_or(false),
-            live_blocks,
-        });
-    }
-    let mut pools: Vec<((i64, i64), u32)> = pool_index.into_iter().collect();
-    pools.sort_by_key(|&(_, i)| i);
-    metadata.pools = pools
-        .iter()
-        .map(|&((a, b), i)| PoolInfo { index: i, id: vec![a, b], kind: if i == 0 { "default".into() } else { "private".into() } })
-        .collect();
-
-    let total: usize = traces.iter().map(|&t| p.list(t).map_or(0, |l| l.len())).sum();
-    // Every entry of a real snapshot is a dict of its own (tens of bytes); lists shared through
-    // memo references could name the same entries millions of times from a small file.
-    if total > data.len() {
-        return Err(bad(format!(
-            "device_traces hold {total} entries, more than the file's {} bytes: shared references expand the snapshot; refused",
-            data.len()
-        )));
-    }
-    // Seeds (segments, blocks live before the history) and empty_cache events come on top of
-    // the entries: room for the final state's, and some.
-    let final_blocks: usize = finals.iter().map(|s| s.live_blocks.len() + 1).sum();
-    let mut out = TraceBuilder::with_capacity(total + 2 * final_blocks + 64);
-    if let Some(pf) = &prefault {
-        out.prefault(pf, BUILDER_SLOTS);
-    }
-    let mut frames = Stacks::new(&p);
-    let mut classes = StrClasses::new(&p);
-    let mut next_id: u64 = 0;
-    let mut devices_seen = Vec::new();
-    let mut seeded = false;
-    // `oom` entries whose request is beyond what a trace holds (MAX_SIZE): see `oom_size`.
-    let mut clamped_ooms: Vec<serde_json::Value> = Vec::new();
-    // (row, block size) of seed allocations whose block size the history reveals.
-    let mut chunks: Vec<(usize, u64)> = Vec::new();
-    for (dev, &entries) in traces.iter().enumerate() {
-        let dev = dev as i32;
-        let entries = p.list(entries).ok_or_else(|| bad(format!("device_traces[{dev}] is not a list")))?;
-        let dev_finals: Vec<&FinalSegment> = finals.iter().filter(|s| s.device == dev).collect();
-        if entries.is_empty() && dev_finals.is_empty() {
-            continue;
-        }
-        devices_seen.push(dev);
-        let parsed = parse_entries(&p, entries, dev, path, &mut classes, prefault.as_ref(), &mut clamped_ooms)?;
-        // A snapshot that lists segments records the final state: its history must lead there.
-        let strict = !opts.lenient && !finals.is_empty();
-        seeded |= import_device(&p, &parsed, &dev_finals, dev, &mut out, &mut frames, &mut next_id, &mut chunks, strict.then_some(path))?;
-        if let Some(pf) = &prefault {
-            pf.clear(ENTRIES_SLOT);
-            drop_in_background(parsed);
-        }
-    }
+    let Histories { mut out, frames, mut devices_seen, seeded, clamped_ooms, chunks } =
+        import_histories(&p, traces, &finals, path, data.len(), opts, prefault.as_ref())?;
     drop(prefault);
     // Devices in the segments with no history at all.
     for s in &finals {
@@ -260,31 +135,7 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
     let meta = read_meta_json(opts, path)?;
     metadata.devices = devices_seen.iter().map(|&d| DeviceInfo { index: d, ..Default::default() }).collect();
     if let Some((meta_path, m)) = meta {
-        metadata.source_version = m.get("torch").and_then(|v| v.as_str()).map(str::to_string);
-        let total = super::meta_u64(&meta_path, &m, "", "device_total_bytes")?;
-        let name = m.get("device_name").and_then(|v| v.as_str()).map(str::to_string);
-        let cap = super::meta_u64(&meta_path, &m, "", "cap_bytes")?.filter(|&c| c > 0);
-        for d in &mut metadata.devices {
-            d.total_memory = total;
-            d.name = name.clone();
-            d.memory_cap = cap;
-        }
-        let mut stats = serde_json::Map::new();
-        if let Some(s) = m.get("memory_stats") {
-            let dev = devices_seen.first().copied().unwrap_or(0);
-            stats.insert(dev.to_string(), s.clone());
-        }
-        if let Some(serde_json::Value::Object(per)) = m.get("memory_stats_per_device") {
-            for (k, v) in per {
-                stats.insert(k.clone(), v.clone());
-            }
-        }
-        metadata.extra.insert("recorded_stats".into(), serde_json::Value::Object(stats));
-        metadata.extra.insert("meta_path".into(), meta_path.display().to_string().into());
-        let mut capture = m.as_object().cloned().unwrap_or_default();
-        capture.remove("memory_stats");
-        capture.remove("memory_stats_per_device");
-        metadata.extra.insert("capture".into(), serde_json::Value::Object(capture));
+        capture_json(&meta_path, &m, &devices_seen, &mut metadata)?;
     }
     if metadata.allocator_settings.is_null() {
         assume_allocator_settings(&mut metadata);
@@ -293,24 +144,253 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
         metadata.extra.insert(CLAMPED_OOMS.into(), serde_json::Value::Array(clamped_ooms));
     }
     if !chunks.is_empty() {
-        // A few seed rows of millions: zeroed values (pages the allocator maps lazily, never
-        // touched but at those rows) and a validity mask, not a `Vec<Option<u64>>` of 16 bytes
-        // a row written out and copied again.
-        let mut values = vec![0u64; out.len()];
-        let mut valid = vec![false; out.len()];
-        for (row, c) in chunks {
-            values[row] = c;
-            valid[row] = true;
-        }
-        let col = arrow_array::UInt64Array::new(values.into(), Some(arrow_buffer::NullBuffer::from(valid)));
-        let field = crate::trace::schema::optional_field("chunk_bytes").expect("known column");
-        out.add_column(field, std::sync::Arc::new(col));
+        add_chunk_column(&mut out, chunks);
     }
     let trace = out.finish(metadata, frames.interner.finish());
     if data.len() >= LARGE_INPUT {
         p.drop_in_background();
     }
     trace
+}
+
+/// The pickle of a snapshot, parsed with its history entries stored as records
+/// ([`ENTRY_KEYS`]); the parser's prefaulter slots are released once it is done.
+fn parse_snapshot<'a>(path: &Path, data: &'a [u8], prefault: Option<&Prefaulter>) -> Result<Pickle<'a>> {
+    let p = pickle::parse_prefaulted(data, &ENTRY_KEYS, prefault).map_err(|e| match e {
+        _ if crate::cancel::requested() => Error::Cancelled,
+        PickleError::Corrupt(m) => Error::format(path, m),
+        PickleError::Unsafe(m) => Error::unsafe_pickle(path, m),
+    })?;
+    if let Some(pf) = prefault {
+        for slot in 0..pickle::ARENA_SLOTS {
+            pf.clear(slot);
+        }
+    }
+    Ok(p)
+}
+
+/// `snapshot['device_traces']`: one history (a list of entries) per device.
+fn device_traces<'p>(p: &'p Pickle, path: &Path) -> Result<&'p [Value]> {
+    let bad = |m: String| Error::format(path, m);
+    if p.dict(p.root).is_none() {
+        return Err(bad(format!(
+            "not a PyTorch memory snapshot: the pickle holds a {}, not the dict written by torch.cuda.memory._dump_snapshot",
+            Pickle::type_name(p.root)
+        )));
+    }
+    let Some(traces) = p.get(p.root, "device_traces") else {
+        return Err(bad(format!(
+            "not a PyTorch memory snapshot: no 'device_traces' key (keys: {}); record with torch.cuda.memory._record_memory_history() before _dump_snapshot",
+            p.keys(p.root).join(", ")
+        )));
+    };
+    p.list(traces).ok_or_else(|| bad("'device_traces' is not a list".into()))
+}
+
+/// The final state (`snapshot['segments']`), and the pools its segments name.
+fn final_segments(p: &Pickle, path: &Path, input_len: usize) -> Result<(Vec<FinalSegment>, Vec<PoolInfo>)> {
+    let bad = |m: String| Error::format(path, m);
+    // Pools: index 0 is the default pool (0, 0); private pools get indices in order seen.
+    let mut pool_index: HashMap<(i64, i64), u32> = HashMap::from([((0, 0), 0)]);
+    let segments = match p.get(p.root, "segments") {
+        Some(v) => p.list(v).ok_or_else(|| bad("'segments' is not a list".into()))?.to_vec(),
+        None => Vec::new(),
+    };
+    let mut finals: Vec<FinalSegment> = Vec::with_capacity(segments.len());
+    // Blocks are read once per segment that lists them: a blocks list shared by many segments
+    // (memo references) would multiply; the total is bounded by the input's size.
+    let mut blocks_seen = 0usize;
+    for (i, &s) in segments.iter().enumerate() {
+        let pool_id = match p.get(s, "segment_pool_id").and_then(|v| p.list(v)) {
+            Some([a, b]) => (p.int(*a).unwrap_or(0), p.int(*b).unwrap_or(0)),
+            _ => (0, 0),
+        };
+        let next = pool_index.len() as u32;
+        let pool = *pool_index.entry(pool_id).or_insert(next);
+        finals.push(final_segment(p, path, s, i, pool, &mut blocks_seen, input_len)?);
+    }
+    let mut pools: Vec<((i64, i64), u32)> = pool_index.into_iter().collect();
+    pools.sort_by_key(|&(_, i)| i);
+    let pools = pools
+        .iter()
+        .map(|&((a, b), i)| PoolInfo { index: i, id: vec![a, b], kind: if i == 0 { "default".into() } else { "private".into() } })
+        .collect();
+    Ok((finals, pools))
+}
+
+/// Segment `i` of the final state (`s`), in pool `pool`; `blocks_seen` counts the blocks the
+/// segments listed so far.
+fn final_segment(
+    p: &Pickle,
+    path: &Path,
+    s: Value,
+    i: usize,
+    pool: u32,
+    blocks_seen: &mut usize,
+    input_len: usize,
+) -> Result<FinalSegment> {
+    let bad = |m: String| Error::format(path, m);
+    let req = |k: &str| -> Result<Value> { p.get(s, k).ok_or_else(|| bad(format!("segment {i} has no '{k}'"))) };
+    let int = |k: &str| -> Result<i64> { p.int(req(k)?).ok_or_else(|| bad(format!("segment {i}: '{k}' is not an integer"))) };
+    let live_blocks = live_blocks(p, path, s, i, blocks_seen, input_len)?;
+    let device = int("device")?;
+    let device = i32::try_from(device)
+        .ok()
+        .filter(|&d| d >= 0)
+        .ok_or_else(|| bad(format!("segment {i}: 'device' {device} is not a device index (0 to 2^31 - 1)")))?;
+    let address = address_value(p, req("address")?).map_err(|m| bad(format!("segment {i}: 'address' {m}")))?;
+    let total_size = size_value(p, req("total_size")?).map_err(|m| bad(format!("segment {i}: 'total_size' {m}")))?;
+    Ok(FinalSegment {
+        device,
+        address,
+        total_size,
+        stream: int("stream")?,
+        pool,
+        is_expandable: p.get(s, "is_expandable").map(|v| v == Value::Bool(true)).unwrap_or(false),
+        live_blocks,
+    })
+}
+
+/// The blocks of segment `i` (`s`) live at the end (`active_allocated`,
+/// `active_pending_free`): (address, requested size, pending free).
+fn live_blocks(p: &Pickle, path: &Path, s: Value, i: usize, blocks_seen: &mut usize, input_len: usize) -> Result<Vec<(u64, u64, bool)>> {
+    let bad = |m: String| Error::format(path, m);
+    let mut live_blocks = Vec::new();
+    let Some(blocks) = p.get(s, "blocks").and_then(|v| p.list(v)) else { return Ok(live_blocks) };
+    *blocks_seen += blocks.len();
+    if *blocks_seen > input_len {
+        return Err(bad(format!(
+            "the segments list more blocks than the file has bytes ({input_len}): shared references expand the snapshot; refused"
+        )));
+    }
+    for (j, &b) in blocks.iter().enumerate() {
+        let state = p.get(b, "state").and_then(|v| p.str(v)).unwrap_or("");
+        if state == "active_allocated" || state == "active_pending_free" {
+            let at = || format!("segment {i} block {j}");
+            let addr = p.get(b, "address").ok_or_else(|| bad(format!("{}: block without address", at())))?;
+            let addr = address_value(p, addr).map_err(|m| bad(format!("{}: 'address' {m}", at())))?;
+            let req = match p.get(b, "requested_size").or_else(|| p.get(b, "size")) {
+                Some(v) => size_value(p, v).map_err(|m| bad(format!("{}: 'requested_size' {m}", at())))?,
+                None => return Err(bad(format!("{}: block has neither 'requested_size' nor 'size'", at()))),
+            };
+            live_blocks.push((addr, req, state == "active_pending_free"));
+        }
+    }
+    Ok(live_blocks)
+}
+
+/// Every device's events, as [`import_histories`] builds them.
+struct Histories {
+    out: TraceBuilder,
+    frames: Stacks,
+    /// Devices with a history or final segments, in order seen.
+    devices_seen: Vec<i32>,
+    /// A device needed seed events.
+    seeded: bool,
+    /// `oom` entries whose request is beyond what a trace holds (MAX_SIZE): see `oom_size`.
+    clamped_ooms: Vec<serde_json::Value>,
+    /// (row, block size) of seed allocations whose block size the history reveals.
+    chunks: Vec<(usize, u64)>,
+}
+
+/// Decodes each device's history and emits its seed and events (`import_device`).
+fn import_histories(
+    p: &Pickle,
+    traces: &[Value],
+    finals: &[FinalSegment],
+    path: &Path,
+    input_len: usize,
+    opts: &ImportOptions,
+    prefault: Option<&Prefaulter>,
+) -> Result<Histories> {
+    let total: usize = traces.iter().map(|&t| p.list(t).map_or(0, |l| l.len())).sum();
+    // Every entry of a real snapshot is a dict of its own (tens of bytes); lists shared through
+    // memo references could name the same entries millions of times from a small file.
+    if total > input_len {
+        return Err(Error::format(
+            path,
+            format!("device_traces hold {total} entries, more than the file's {input_len} bytes: shared references expand the snapshot; refused"),
+        ));
+    }
+    // Seeds (segments, blocks live before the history) and empty_cache events come on top of
+    // the entries: room for the final state's, and some.
+    let final_blocks: usize = finals.iter().map(|s| s.live_blocks.len() + 1).sum();
+    let out = TraceBuilder::with_capacity(total + 2 * final_blocks + 64);
+    if let Some(pf) = prefault {
+        out.prefault(pf, BUILDER_SLOTS);
+    }
+    let mut h =
+        Histories { out, frames: Stacks::new(p), devices_seen: Vec::new(), seeded: false, clamped_ooms: Vec::new(), chunks: Vec::new() };
+    let mut classes = StrClasses::new(p);
+    let mut next_id: u64 = 0;
+    for (dev, &entries) in traces.iter().enumerate() {
+        let dev = dev as i32;
+        let entries = p.list(entries).ok_or_else(|| Error::format(path, format!("device_traces[{dev}] is not a list")))?;
+        let dev_finals: Vec<&FinalSegment> = finals.iter().filter(|s| s.device == dev).collect();
+        if entries.is_empty() && dev_finals.is_empty() {
+            continue;
+        }
+        h.devices_seen.push(dev);
+        let parsed = parse_entries(p, entries, dev, path, &mut classes, prefault, &mut h.clamped_ooms)?;
+        // A snapshot that lists segments records the final state: its history must lead there.
+        let strict = !opts.lenient && !finals.is_empty();
+        h.seeded |=
+            import_device(p, &parsed, &dev_finals, dev, &mut h.out, &mut h.frames, &mut next_id, &mut h.chunks, strict.then_some(path))?;
+        if let Some(pf) = prefault {
+            pf.clear(ENTRIES_SLOT);
+            drop_in_background(parsed);
+        }
+    }
+    Ok(h)
+}
+
+/// What the capture's `.json` (`m`, read from `meta_path`) adds: the devices' memory and cap,
+/// the torch version, the final memory stats (`recorded_stats`, by device), and the rest of
+/// it under `capture`.
+fn capture_json(meta_path: &Path, m: &serde_json::Value, devices_seen: &[i32], metadata: &mut TraceMetadata) -> Result<()> {
+    metadata.source_version = m.get("torch").and_then(|v| v.as_str()).map(str::to_string);
+    let total = super::meta_u64(meta_path, m, "", "device_total_bytes")?;
+    let name = m.get("device_name").and_then(|v| v.as_str()).map(str::to_string);
+    let cap = super::meta_u64(meta_path, m, "", "cap_bytes")?.filter(|&c| c > 0);
+    for d in &mut metadata.devices {
+        d.total_memory = total;
+        d.name = name.clone();
+        d.memory_cap = cap;
+    }
+    let mut stats = serde_json::Map::new();
+    if let Some(s) = m.get("memory_stats") {
+        let dev = devices_seen.first().copied().unwrap_or(0);
+        stats.insert(dev.to_string(), s.clone());
+    }
+    if let Some(serde_json::Value::Object(per)) = m.get("memory_stats_per_device") {
+        for (k, v) in per {
+            stats.insert(k.clone(), v.clone());
+        }
+    }
+    metadata.extra.insert("recorded_stats".into(), serde_json::Value::Object(stats));
+    metadata.extra.insert("meta_path".into(), meta_path.display().to_string().into());
+    let mut capture = m.as_object().cloned().unwrap_or_default();
+    capture.remove("memory_stats");
+    capture.remove("memory_stats_per_device");
+    metadata.extra.insert("capture".into(), serde_json::Value::Object(capture));
+    Ok(())
+}
+
+/// The `chunk_bytes` column: the block size of the seed allocations at the rows `chunks`
+/// name, null elsewhere.
+fn add_chunk_column(out: &mut TraceBuilder, chunks: Vec<(usize, u64)>) {
+    // A few seed rows of millions: zeroed values (pages the allocator maps lazily, never
+    // touched but at those rows) and a validity mask, not a `Vec<Option<u64>>` of 16 bytes
+    // a row written out and copied again.
+    let mut values = vec![0u64; out.len()];
+    let mut valid = vec![false; out.len()];
+    for (row, c) in chunks {
+        values[row] = c;
+        valid[row] = true;
+    }
+    let col = arrow_array::UInt64Array::new(values.into(), Some(arrow_buffer::NullBuffer::from(valid)));
+    let field = crate::trace::schema::optional_field("chunk_bytes").expect("known column");
+    out.add_column(field, std::sync::Arc::new(col));
 }
 
 /// One history entry, decoded: 40 bytes (there is one per event, 4 M in a large snapshot,
@@ -545,20 +625,78 @@ fn import_device(
     chunks: &mut Vec<(usize, u64)>,
     strict: Option<&Path>,
 ) -> Result<bool> {
-    // --- Walk back from the final state to the state before the first recorded entry.
-    // Live blocks: addr -> (requested size, stream, pending free).
+    let mut pools = DevicePools::new(finals);
+    let before = state_before(parsed, finals, &pools, dev, strict)?;
+    let seeded = !before.segs.is_empty() || !before.live.is_empty() || !before.mapped.is_empty();
+    let mut id_at = emit_seeds(&before, parsed, dev, &mut pools, out, next_id, chunks);
+    emit_history(p, parsed, dev, &mut pools, &mut id_at, out, frames, next_id);
+    Ok(seeded)
+}
+
+/// One device's state before its first recorded entry.
+struct StateBefore {
+    /// Live blocks: addr -> (requested size, stream, pending free).
+    live: FxHashMap<u64, (u64, i64, bool)>,
+    /// Segments (non-expandable): addr -> (size, stream, pool).
+    segs: BTreeMap<u64, (u64, i64, u32)>,
+    /// Mapped pages of expandable segments: addr -> (size, stream, pool), as ranges.
+    mapped: BTreeMap<u64, (u64, i64, u32)>,
+}
+
+/// The pool of an address on one device: from the final segments, and the segments live at
+/// the point the events are emitted up to.
+struct DevicePools {
+    /// Pool of each final segment, by address.
+    final_pool: FxHashMap<u64, u32>,
+    /// Expandable segments of the final state: (base, size, pool).
+    expandable_ranges: Vec<(u64, u64, u32)>,
+    /// With every segment in the default pool (no CUDA graphs / mempools), every lookup
+    /// would answer 0: skip them.
+    single_pool: bool,
+    /// Live segments: addr -> (end, pool).
+    seg_pool: BTreeMap<u64, (u64, u32)>,
+}
+
+impl DevicePools {
+    fn new(finals: &[&FinalSegment]) -> Self {
+        let mut final_pool: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut expandable_ranges: Vec<(u64, u64, u32)> = Vec::new();
+        for s in finals {
+            final_pool.insert(s.address, s.pool);
+            if s.is_expandable {
+                expandable_ranges.push((s.address, s.total_size, s.pool));
+            }
+        }
+        let single_pool = finals.iter().all(|s| s.pool == 0);
+        DevicePools { final_pool, expandable_ranges, single_pool, seg_pool: BTreeMap::new() }
+    }
+
+    /// The pool of the live segment (or the expandable range) holding `addr`; 0 if none does.
+    #[inline]
+    fn of(&self, addr: u64) -> u32 {
+        if self.single_pool {
+            return 0;
+        }
+        if let Some((_, &(end, pool))) = self.seg_pool.range(..=addr).next_back() {
+            if addr < end {
+                return pool;
+            }
+        }
+        for &(base, size, pool) in &self.expandable_ranges {
+            if addr >= base && addr < base + size.max(1) * 16 {
+                return pool;
+            }
+        }
+        0
+    }
+}
+
+/// Walks back from the final state to the state before the first recorded entry.
+fn state_before(parsed: &[Entry], finals: &[&FinalSegment], pools: &DevicePools, dev: i32, strict: Option<&Path>) -> Result<StateBefore> {
     let mut live: FxHashMap<u64, (u64, i64, bool)> = FxHashMap::default();
-    // Segments (non-expandable): addr -> (size, stream, pool). Mapped pages of expandable
-    // segments: addr -> (size, stream, pool), as ranges.
     let mut segs: BTreeMap<u64, (u64, i64, u32)> = BTreeMap::new();
-    let mut mapped: BTreeMap<u64, (u64, i64, u32)> = BTreeMap::new();
-    let mut final_pool: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut expandable_ranges: Vec<(u64, u64, u32)> = Vec::new();
     for s in finals {
-        final_pool.insert(s.address, s.pool);
-        if s.is_expandable {
-            expandable_ranges.push((s.address, s.total_size, s.pool));
-        } else {
+        if !s.is_expandable {
             segs.insert(s.address, (s.total_size, s.stream, s.pool));
         }
         for &(a, req, pending) in &s.live_blocks {
@@ -584,8 +722,9 @@ fn import_device(
             None => Ok(()),
         }
     };
-    let expandable_at =
-        |a: u64| expandable_ranges.iter().any(|&(base, size, _)| a >= base && a < base.saturating_add(size.max(1).saturating_mul(16)));
+    let expandable_at = |a: u64| {
+        pools.expandable_ranges.iter().any(|&(base, size, _)| a >= base && a < base.saturating_add(size.max(1).saturating_mul(16)))
+    };
     for (k, e) in parsed.iter().enumerate().rev() {
         match e.action {
             Action::Alloc => {
@@ -614,7 +753,7 @@ fn import_device(
                 }
             }
             Action::SegmentFree => {
-                let pool = final_pool.get(&e.addr).copied().unwrap_or(0);
+                let pool = pools.final_pool.get(&e.addr).copied().unwrap_or(0);
                 if segs.insert(e.addr, (e.size, e.stream, pool)).is_some() {
                     contradiction(k, e, "the history frees this segment last, but the final segments list it")?;
                 }
@@ -624,20 +763,36 @@ fn import_device(
             _ => {}
         }
     }
-    // Expandable segments: the final mapped size of each range minus what the history mapped
-    // (plus what it unmapped) is what was mapped before it; seed it as one map at the base.
-    for &(base, size, pool) in &expandable_ranges {
+    let mapped = mapped_before(&pools.expandable_ranges, &map_delta);
+    Ok(StateBefore { live, segs, mapped })
+}
+
+/// Expandable segments: the final mapped size of each range minus what the history mapped
+/// (plus what it unmapped) is what was mapped before it; seed it as one map at the base.
+fn mapped_before(expandable_ranges: &[(u64, u64, u32)], map_delta: &BTreeMap<u64, i128>) -> BTreeMap<u64, (u64, i64, u32)> {
+    let mut mapped: BTreeMap<u64, (u64, i64, u32)> = BTreeMap::new();
+    for &(base, size, pool) in expandable_ranges {
         let hist: i128 = map_delta.iter().filter(|(&a, _)| a >= base && a < base + size.max(1) * 16).map(|(_, &d)| d).sum();
         let before = size as i128 + hist;
         if before > 0 {
             mapped.insert(base, (u64::try_from(before).unwrap_or(u64::MAX), 0, pool));
         }
     }
+    mapped
+}
 
-    // --- Seed events: segments, then live allocations, lowest address first.
-    let mut seg_pool: BTreeMap<u64, (u64, u32)> = BTreeMap::new();
-    let seeded = !segs.is_empty() || !live.is_empty() || !mapped.is_empty();
-    for (&addr, &(size, stream, pool)) in segs.iter() {
+/// Seed events: segments, then live allocations, lowest address first. Returns the alloc id
+/// of each live allocation, by address.
+fn emit_seeds(
+    before: &StateBefore,
+    parsed: &[Entry],
+    dev: i32,
+    pools: &mut DevicePools,
+    out: &mut TraceBuilder,
+    next_id: &mut u64,
+    chunks: &mut Vec<(usize, u64)>,
+) -> FxHashMap<u64, u64> {
+    for (&addr, &(size, stream, pool)) in before.segs.iter() {
         let mut r = EventRow::new(Action::SegmentAlloc, size);
         r.addr = Some(addr);
         r.stream = stream;
@@ -645,9 +800,9 @@ fn import_device(
         r.pool = pool;
         r.seed = true;
         out.push(&r);
-        seg_pool.insert(addr, (addr + size, pool));
+        pools.seg_pool.insert(addr, (addr + size, pool));
     }
-    for (&addr, &(size, stream, pool)) in mapped.iter() {
+    for (&addr, &(size, stream, pool)) in before.mapped.iter() {
         let mut r = EventRow::new(Action::SegmentMap, size);
         r.addr = Some(addr);
         r.stream = stream;
@@ -656,32 +811,13 @@ fn import_device(
         r.seed = true;
         out.push(&r);
     }
-    // With every segment in the default pool (no CUDA graphs / mempools), every lookup below
-    // would answer 0: skip them.
-    let single_pool = finals.iter().all(|s| s.pool == 0);
-    let pool_of = |seg_pool: &BTreeMap<u64, (u64, u32)>, addr: u64| -> u32 {
-        if single_pool {
-            return 0;
-        }
-        if let Some((_, &(end, pool))) = seg_pool.range(..=addr).next_back() {
-            if addr < end {
-                return pool;
-            }
-        }
-        for &(base, size, pool) in &expandable_ranges {
-            if addr >= base && addr < base + size.max(1) * 16 {
-                return pool;
-            }
-        }
-        0
-    };
     let mut id_at: FxHashMap<u64, u64> = FxHashMap::default();
     // It holds the live allocations only (thousands): sized from the history's length (a
     // million slots for 4 M entries), every lookup was a cache miss (perf: 8% of the load).
     id_at.reserve(seeds_hint(parsed.len()));
-    let mut seeds: Vec<(u64, u64, i64, bool)> = live.iter().map(|(&a, &(s, st, pend))| (a, s, st, pend)).collect();
+    let mut seeds: Vec<(u64, u64, i64, bool)> = before.live.iter().map(|(&a, &(s, st, pend))| (a, s, st, pend)).collect();
     seeds.sort_unstable();
-    let seed_chunk = infer_seed_chunks(&seeds, &segs, parsed);
+    let seed_chunk = infer_seed_chunks(&seeds, &before.segs, parsed);
     for (k, &(addr, size, stream, pending)) in seeds.iter().enumerate() {
         if let Some(c) = seed_chunk[k] {
             chunks.push((out.len(), c));
@@ -694,7 +830,7 @@ fn import_device(
         r.addr = Some(addr);
         r.stream = stream;
         r.device = dev;
-        r.pool = pool_of(&seg_pool, addr);
+        r.pool = pools.of(addr);
         r.seed = true;
         out.push(&r);
         if pending {
@@ -702,26 +838,27 @@ fn import_device(
             out.push(&r);
         }
     }
+    id_at
+}
 
-    // --- The recorded history.
-    let is_release = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
+/// The recorded history, with an `empty_cache` event before each run of segment releases
+/// that was the program's ([`empty_cache_at`]).
+fn emit_history(
+    p: &Pickle,
+    parsed: &[Entry],
+    dev: i32,
+    pools: &mut DevicePools,
+    id_at: &mut FxHashMap<u64, u64>,
+    out: &mut TraceBuilder,
+    frames: &mut Stacks,
+    next_id: &mut u64,
+) {
     for (k, e) in parsed.iter().enumerate() {
-        // torch.cuda.empty_cache() records no entry of its own, only the segment frees (or
-        // unmaps) of DeviceCachingAllocator::release_cached_blocks. Every release the allocator
-        // makes by itself happens inside malloc (release_available_cached_blocks, the retry's
-        // release_cached_blocks, garbage_collect_cached_blocks) and is followed by that malloc's
-        // segment_alloc / segment_map or its oom. A run of frees of default-pool segments
-        // followed by anything else was the program's: an `empty_cache` event goes before it.
-        if is_release(e.action) && (k == 0 || !is_release(parsed[k - 1].action)) {
-            let end = (k..parsed.len()).find(|&j| !is_release(parsed[j].action)).unwrap_or(parsed.len());
-            let inside_malloc =
-                parsed.get(end).is_some_and(|n| matches!(n.action, Action::SegmentAlloc | Action::SegmentMap | Action::Oom));
-            if !inside_malloc && (k..end).all(|j| pool_of(&seg_pool, parsed[j].addr) == 0) {
-                let mut ec = EventRow::new(Action::EmptyCache, 0);
-                ec.device = dev;
-                ec.time_ns = e.time_ns();
-                out.push(&ec);
-            }
+        if empty_cache_at(parsed, k, pools) {
+            let mut ec = EventRow::new(Action::EmptyCache, 0);
+            ec.device = dev;
+            ec.time_ns = e.time_ns();
+            out.push(&ec);
         }
         let mut r = EventRow::new(e.action, e.size);
         r.addr = Some(e.addr);
@@ -730,31 +867,31 @@ fn import_device(
         r.time_ns = e.time_ns();
         r.stack_id = frames.stack(p, e.frames());
         match e.action {
-            Action::SegmentAlloc if !single_pool => {
-                let pool = seg_pool_for(&final_pool, e.addr);
-                seg_pool.insert(e.addr, (e.addr + e.size, pool));
+            Action::SegmentAlloc if !pools.single_pool => {
+                let pool = seg_pool_for(&pools.final_pool, e.addr);
+                pools.seg_pool.insert(e.addr, (e.addr + e.size, pool));
                 r.pool = pool;
             }
-            Action::SegmentFree if !single_pool => {
-                r.pool = pool_of(&seg_pool, e.addr);
-                seg_pool.remove(&e.addr);
+            Action::SegmentFree if !pools.single_pool => {
+                r.pool = pools.of(e.addr);
+                pools.seg_pool.remove(&e.addr);
             }
             Action::SegmentAlloc | Action::SegmentFree => {}
-            Action::SegmentMap | Action::SegmentUnmap => r.pool = pool_of(&seg_pool, e.addr),
+            Action::SegmentMap | Action::SegmentUnmap => r.pool = pools.of(e.addr),
             Action::Alloc => {
                 let id = *next_id;
                 *next_id += 1;
                 id_at.insert(e.addr, id);
                 r.alloc_id = Some(id);
-                r.pool = pool_of(&seg_pool, e.addr);
+                r.pool = pools.of(e.addr);
             }
             Action::FreeRequested => {
                 r.alloc_id = id_at.get(&e.addr).copied();
-                r.pool = pool_of(&seg_pool, e.addr);
+                r.pool = pools.of(e.addr);
             }
             Action::FreeCompleted => {
                 r.alloc_id = id_at.remove(&e.addr);
-                r.pool = pool_of(&seg_pool, e.addr);
+                r.pool = pools.of(e.addr);
             }
             Action::Oom => {
                 // `addr` of an oom entry is the device's free bytes, not an address.
@@ -763,7 +900,25 @@ fn import_device(
         }
         out.push(&r);
     }
-    Ok(seeded)
+}
+
+/// True if an `empty_cache` event goes before entry `k`.
+///
+/// torch.cuda.empty_cache() records no entry of its own, only the segment frees (or
+/// unmaps) of DeviceCachingAllocator::release_cached_blocks. Every release the allocator
+/// makes by itself happens inside malloc (release_available_cached_blocks, the retry's
+/// release_cached_blocks, garbage_collect_cached_blocks) and is followed by that malloc's
+/// segment_alloc / segment_map or its oom. A run of frees of default-pool segments
+/// followed by anything else was the program's: an `empty_cache` event goes before it.
+#[inline]
+fn empty_cache_at(parsed: &[Entry], k: usize, pools: &DevicePools) -> bool {
+    let is_release = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
+    if !(is_release(parsed[k].action) && (k == 0 || !is_release(parsed[k - 1].action))) {
+        return false;
+    }
+    let end = (k..parsed.len()).find(|&j| !is_release(parsed[j].action)).unwrap_or(parsed.len());
+    let inside_malloc = parsed.get(end).is_some_and(|n| matches!(n.action, Action::SegmentAlloc | Action::SegmentMap | Action::Oom));
+    !inside_malloc && (k..end).all(|j| pools.of(parsed[j].addr) == 0)
 }
 
 /// Snapshots of PyTorch releases before `_snapshot()` recorded `allocator_settings` (older

@@ -132,9 +132,38 @@ pub fn heap_builder(p: &XlaProgram, events: &[crate::import::xla::HeapEvent]) ->
 /// Plans a program's temps: heap simulation per trace, then `CombineTempAllocations`.
 pub fn plan_temps(p: &XlaProgram) -> TempPlan {
     let alignment = p.alignment();
+    let SimulatedHeaps { plans: heaps, chunks: heap_chunks, in_heap, max_live_bytes } = simulate_heaps(p, alignment);
+    let mut lower = max_live_bytes;
+    let mut list = allocation_list(p, &in_heap, heap_chunks.len(), &mut lower);
+    let first = partition_temps(&mut list);
+    let (combined_size, offsets, sizes) = combine_temp_allocations(&list[first..], &heap_chunks, alignment);
+    TempPlan { alignment, heaps, combined_size, offsets, sizes, lower_bound_bytes: lower }
+}
+
+/// The temps one heap trace planned: its color, its heap size and `(value, offset, chunk
+/// size)` of each of its values.
+struct HeapChunks {
+    color: i64,
+    heap_size: i64,
+    chunks: Vec<(u32, i64, i64)>,
+}
+
+/// What the heap simulation of every heap trace gives [`plan_temps`].
+struct SimulatedHeaps {
+    /// Per heap trace: its color and plan.
+    plans: Vec<(i64, HeapPlan)>,
+    /// Per heap trace, sorted by color.
+    chunks: Vec<HeapChunks>,
+    /// By value index: planned by a heap.
+    in_heap: Vec<bool>,
+    /// The heaps' max live bytes, summed.
+    max_live_bytes: i64,
+}
+
+/// `AssignBuffersWithSequentialOrdering`: each non-empty heap trace replayed into the heap
+/// algorithm with the color's alignment.
+fn simulate_heaps(p: &XlaProgram, alignment: i64) -> SimulatedHeaps {
     let mut heaps = Vec::new();
-    // Per heap: (color, heap size, [(value, offset, chunk size)]).
-    type HeapChunks = (i64, i64, Vec<(u32, i64, i64)>);
     let mut heap_chunks: Vec<HeapChunks> = Vec::new();
     let mut in_heap = vec![false; p.values.len()];
     let mut lower = 0i64;
@@ -155,21 +184,29 @@ pub fn plan_temps(p: &XlaProgram) -> TempPlan {
                 None => chunks.push((vi, 0, 0)),
             }
         }
-        heap_chunks.push((color, plan.heap_size, chunks));
+        heap_chunks.push(HeapChunks { color, heap_size: plan.heap_size, chunks });
         heaps.push((color, plan));
     }
-    heap_chunks.sort_by_key(|h| h.0);
+    heap_chunks.sort_by_key(|h| h.color);
+    SimulatedHeaps { plans: heaps, chunks: heap_chunks, in_heap, max_live_bytes: lower }
+}
 
-    // The allocation list before CombineTempAllocations.
-    #[derive(Clone)]
-    enum Entry {
-        NonTemp,
-        /// A temp with an allocation of its own: color, size, its values.
-        Own(i64, i64, Vec<u32>),
-        /// The heap of a color (index into heap_chunks).
-        Heap(usize),
-    }
-    let mut global: Vec<((i64, i64, i64), Entry)> = Vec::new();
+/// An entry of the allocation list before CombineTempAllocations.
+#[derive(Clone)]
+enum ListEntry {
+    NonTemp,
+    /// A temp with an allocation of its own: color, size, its values.
+    Own(i64, i64, Vec<u32>),
+    /// The heap of a color (index into the heaps' chunks).
+    Heap(usize),
+}
+
+/// The allocation list before CombineTempAllocations: the global-computation allocations in
+/// `AssignBuffersForComputations`' order, then the `heaps` heap allocations by color, then the
+/// thread-local allocations. The temps with allocations of their own (the values no heap
+/// planned) add their sizes to `lower_bound`.
+fn allocation_list(p: &XlaProgram, in_heap: &[bool], heaps: usize, lower_bound: &mut i64) -> Vec<ListEntry> {
+    let mut global: Vec<((i64, i64, i64), ListEntry)> = Vec::new();
     let mut thread_local = 0usize;
     for a in &p.allocations {
         if a.is_thread_local {
@@ -191,21 +228,27 @@ pub fn plan_temps(p: &XlaProgram) -> TempPlan {
             for (_, vals) in groups {
                 let size = vals.iter().map(|&v| p.values[v as usize].size).max().unwrap_or(0);
                 let pos = vals.iter().map(|&v| p.values[v as usize].position).min().unwrap_or(i64::MAX);
-                lower += size;
-                global.push(((-size, 0, pos), Entry::Own(p.values[vals[0] as usize].color, size, vals)));
+                *lower_bound += size;
+                global.push(((-size, 0, pos), ListEntry::Own(p.values[vals[0] as usize].color, size, vals)));
             }
         } else {
             let pos = a.assigned.iter().map(|&(v, _, _)| p.values[v as usize].position).min().unwrap_or(i64::MAX);
-            global.push(((-a.size, if a.maybe_live_out { 0 } else { 1 }, pos), Entry::NonTemp));
+            global.push(((-a.size, if a.maybe_live_out { 0 } else { 1 }, pos), ListEntry::NonTemp));
         }
     }
     // AssignBuffersForComputations' order: size desc, live-out first, position.
     global.sort_by_key(|g| g.0);
-    let mut list: Vec<Entry> = global.into_iter().map(|g| g.1).collect();
-    list.extend((0..heap_chunks.len()).map(Entry::Heap));
-    list.extend(std::iter::repeat_n(Entry::NonTemp, thread_local));
-    let is_temp = |e: &Entry| !matches!(e, Entry::NonTemp);
-    // std::partition(allocations_, !IsPreallocatedTempBuffer), bidirectional iterators.
+    let mut list: Vec<ListEntry> = global.into_iter().map(|g| g.1).collect();
+    list.extend((0..heaps).map(ListEntry::Heap));
+    list.extend(std::iter::repeat_n(ListEntry::NonTemp, thread_local));
+    list
+}
+
+/// std::partition(allocations_, !IsPreallocatedTempBuffer), bidirectional iterators: the
+/// non-temps first, the temps after them (reordered by the swaps); returns where the temps
+/// begin.
+fn partition_temps(list: &mut [ListEntry]) -> usize {
+    let is_temp = |e: &ListEntry| !matches!(e, ListEntry::NonTemp);
     let (mut first, mut last) = (0usize, list.len());
     'outer: loop {
         loop {
@@ -229,15 +272,24 @@ pub fn plan_temps(p: &XlaProgram) -> TempPlan {
         list.swap(first, last);
         first += 1;
     }
-    // Combine each color's temps end to end.
+    first
+}
+
+/// Per color, the combined temp allocation's size; per temp value, its offset in it and its
+/// chunk size.
+type Combined = (HashMap<i64, i64>, HashMap<u32, i64>, HashMap<u32, i64>);
+
+/// CombineTempAllocations: each color's temps (`temps`, in list order) end to end, each at
+/// `RoundUpTo(size so far, alignment)`.
+fn combine_temp_allocations(temps: &[ListEntry], heaps: &[HeapChunks], alignment: i64) -> Combined {
     let mut combined_size: HashMap<i64, i64> = HashMap::new();
     let mut offsets = HashMap::new();
     let mut sizes = HashMap::new();
-    for e in &list[first..] {
+    for e in temps {
         let (color, size) = match e {
-            Entry::NonTemp => continue,
-            Entry::Own(c, s, _) => (*c, *s),
-            Entry::Heap(h) => (heap_chunks[*h].0, heap_chunks[*h].1),
+            ListEntry::NonTemp => continue,
+            ListEntry::Own(c, s, _) => (*c, *s),
+            ListEntry::Heap(h) => (heaps[*h].color, heaps[*h].heap_size),
         };
         let base = match combined_size.get_mut(&color) {
             None => {
@@ -251,22 +303,22 @@ pub fn plan_temps(p: &XlaProgram) -> TempPlan {
             }
         };
         match e {
-            Entry::Own(_, s, vals) => {
+            ListEntry::Own(_, s, vals) => {
                 for &v in vals {
                     offsets.insert(v, base);
                     sizes.insert(v, *s);
                 }
             }
-            Entry::Heap(h) => {
-                for &(v, off, s) in &heap_chunks[*h].2 {
+            ListEntry::Heap(h) => {
+                for &(v, off, s) in &heaps[*h].chunks {
                     offsets.insert(v, base + off);
                     sizes.insert(v, s);
                 }
             }
-            Entry::NonTemp => {}
+            ListEntry::NonTemp => {}
         }
     }
-    TempPlan { alignment, heaps, combined_size, offsets, sizes, lower_bound_bytes: lower }
+    (combined_size, offsets, sizes)
 }
 
 /// The `plan` row of a program.

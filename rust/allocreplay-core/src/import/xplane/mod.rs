@@ -129,88 +129,145 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
 
     // --- Rows.
     let n = evs.len() + seeds.live.len() + usize::from(seeds.unknown_bytes > 0);
-    let mut out = TraceBuilder::with_capacity(n);
-    let mut chunk = UInt64Builder::with_capacity(n);
-    let mut in_use = UInt64Builder::with_capacity(n);
-    let mut peak = UInt64Builder::with_capacity(n);
-    let mut frag = Float64Builder::with_capacity(n);
-    let mut op = StringBuilder::new();
-    let mut shape = StringBuilder::new();
-    let mut data_type = StringBuilder::new();
-    let mut region_type = StringBuilder::new();
-    let mut step = Int64Builder::with_capacity(n);
-    let mut thread = Int64Builder::with_capacity(n);
-    let device = chosen.device_ordinal();
-    let mut next_id: u64 = 0;
-    let mut live_id: HashMap<u64, u64> = HashMap::with_capacity(1024);
-    let strings = &capture.strings;
-    let s = |id: Option<u32>| id.map(|i| strings[i as usize].as_str());
-
-    let mut push_seed = |out: &mut TraceBuilder, size: u64, chunk_size: u64, addr: Option<u64>, next_id: &mut u64| {
-        let mut r = EventRow::new(Action::Alloc, size);
-        r.alloc_id = Some(*next_id);
-        *next_id += 1;
-        r.addr = addr;
-        r.device = device;
-        r.seed = true;
-        out.push(&r);
-        chunk.append_value(chunk_size);
-        in_use.append_null();
-        peak.append_null();
-        frag.append_null();
-        op.append_null();
-        shape.append_null();
-        data_type.append_null();
-        region_type.append_null();
-        step.append_null();
-        thread.append_null();
-    };
+    let mut rows = Rows::with_capacity(n, chosen.device_ordinal());
     // Seeds: the live buffers the window's frees reveal, lowest address first, then the
     // in-use bytes nothing in the window accounts for.
     for &(addr, requested, size) in &seeds.live {
-        live_id.insert(addr, next_id);
-        push_seed(&mut out, requested, size, Some(addr), &mut next_id);
+        rows.live_id.insert(addr, rows.next_id);
+        rows.push_seed(requested, size, Some(addr));
     }
     if seeds.unknown_bytes > 0 {
-        push_seed(&mut out, seeds.unknown_bytes, seeds.unknown_bytes, None, &mut next_id);
+        rows.push_seed(seeds.unknown_bytes, seeds.unknown_bytes, None);
     }
     for e in &evs {
-        let mut r = EventRow::new(if e.alloc { Action::Alloc } else { Action::FreeCompleted }, e.requested);
-        r.addr = Some(e.addr);
-        r.device = device;
-        r.time_ns = Some(i64::try_from(e.time_ps.div_euclid(1000)).expect("events::parse refuses times beyond 64 bits of ns"));
-        if e.alloc {
-            r.alloc_id = Some(next_id);
-            live_id.insert(e.addr, next_id);
-            next_id += 1;
-        } else {
-            r.alloc_id = live_id.remove(&e.addr);
-        }
-        out.push(&r);
-        chunk.append_value(e.chunk);
-        in_use.append_value(e.in_use);
-        peak.append_option(e.peak);
-        frag.append_option(e.fragmentation);
-        op.append_option(s(e.op));
-        shape.append_option(s(e.shape));
-        data_type.append_option(e.data_type.filter(|&v| v != 0).map(events::data_type_name).as_deref());
-        region_type.append_option(s(e.region_type));
-        step.append_option(e.step);
-        thread.append_value(e.thread);
+        rows.push_event(e, &capture.strings);
     }
-    let mut add = |name: &str, a: ArrayRef| out.add_column(optional_field(name).expect("known optional column"), a);
-    add("chunk_bytes", Arc::new(chunk.finish()));
-    add("in_use_bytes", Arc::new(in_use.finish()));
-    add("peak_in_use_bytes", Arc::new(peak.finish()));
-    add("fragmentation", Arc::new(frag.finish()));
-    add("op", Arc::new(op.finish()));
-    add("shape", Arc::new(shape.finish()));
-    add("data_type", Arc::new(data_type.finish()));
-    add("region_type", Arc::new(region_type.finish()));
-    add("step", Arc::new(step.finish()));
-    add("thread_id", Arc::new(thread.finish()));
+    let out = rows.finish();
 
     // --- Metadata.
+    let metadata = trace_metadata(path, &mut capture, &chosen, &summaries, &evs, &ordering, &seeds, opts)?;
+    out.finish(metadata, FrameTable::default())
+}
+
+/// The trace's rows as they are built, with the optional columns of the BFC events beside
+/// them (null in a seed's row, but its `chunk_bytes`).
+struct Rows {
+    out: TraceBuilder,
+    device: i32,
+    next_id: u64,
+    /// Alloc id of each live buffer, by address.
+    live_id: HashMap<u64, u64>,
+    chunk: UInt64Builder,
+    in_use: UInt64Builder,
+    peak: UInt64Builder,
+    frag: Float64Builder,
+    op: StringBuilder,
+    shape: StringBuilder,
+    data_type: StringBuilder,
+    region_type: StringBuilder,
+    step: Int64Builder,
+    thread: Int64Builder,
+}
+
+impl Rows {
+    fn with_capacity(n: usize, device: i32) -> Self {
+        Rows {
+            out: TraceBuilder::with_capacity(n),
+            device,
+            next_id: 0,
+            live_id: HashMap::with_capacity(1024),
+            chunk: UInt64Builder::with_capacity(n),
+            in_use: UInt64Builder::with_capacity(n),
+            peak: UInt64Builder::with_capacity(n),
+            frag: Float64Builder::with_capacity(n),
+            op: StringBuilder::new(),
+            shape: StringBuilder::new(),
+            data_type: StringBuilder::new(),
+            region_type: StringBuilder::new(),
+            step: Int64Builder::with_capacity(n),
+            thread: Int64Builder::with_capacity(n),
+        }
+    }
+
+    /// A seed allocation of `size` bytes in a chunk of `chunk_size`, at `addr` if known.
+    fn push_seed(&mut self, size: u64, chunk_size: u64, addr: Option<u64>) {
+        let mut r = EventRow::new(Action::Alloc, size);
+        r.alloc_id = Some(self.next_id);
+        self.next_id += 1;
+        r.addr = addr;
+        r.device = self.device;
+        r.seed = true;
+        self.out.push(&r);
+        self.chunk.append_value(chunk_size);
+        self.in_use.append_null();
+        self.peak.append_null();
+        self.frag.append_null();
+        self.op.append_null();
+        self.shape.append_null();
+        self.data_type.append_null();
+        self.region_type.append_null();
+        self.step.append_null();
+        self.thread.append_null();
+    }
+
+    /// The row of a recorded event (`strings`: the capture's interned strings).
+    fn push_event(&mut self, e: &MemEvent, strings: &[String]) {
+        let s = |id: Option<u32>| id.map(|i| strings[i as usize].as_str());
+        let mut r = EventRow::new(if e.alloc { Action::Alloc } else { Action::FreeCompleted }, e.requested);
+        r.addr = Some(e.addr);
+        r.device = self.device;
+        r.time_ns = Some(i64::try_from(e.time_ps.div_euclid(1000)).expect("events::parse refuses times beyond 64 bits of ns"));
+        if e.alloc {
+            r.alloc_id = Some(self.next_id);
+            self.live_id.insert(e.addr, self.next_id);
+            self.next_id += 1;
+        } else {
+            r.alloc_id = self.live_id.remove(&e.addr);
+        }
+        self.out.push(&r);
+        self.chunk.append_value(e.chunk);
+        self.in_use.append_value(e.in_use);
+        self.peak.append_option(e.peak);
+        self.frag.append_option(e.fragmentation);
+        self.op.append_option(s(e.op));
+        self.shape.append_option(s(e.shape));
+        self.data_type.append_option(e.data_type.filter(|&v| v != 0).map(events::data_type_name).as_deref());
+        self.region_type.append_option(s(e.region_type));
+        self.step.append_option(e.step);
+        self.thread.append_value(e.thread);
+    }
+
+    /// The rows with the optional columns added.
+    fn finish(mut self) -> TraceBuilder {
+        let mut add = |name: &str, a: ArrayRef| self.out.add_column(optional_field(name).expect("known optional column"), a);
+        add("chunk_bytes", Arc::new(self.chunk.finish()));
+        add("in_use_bytes", Arc::new(self.in_use.finish()));
+        add("peak_in_use_bytes", Arc::new(self.peak.finish()));
+        add("fragmentation", Arc::new(self.frag.finish()));
+        add("op", Arc::new(self.op.finish()));
+        add("shape", Arc::new(self.shape.finish()));
+        add("data_type", Arc::new(self.data_type.finish()));
+        add("region_type", Arc::new(self.region_type.finish()));
+        add("step", Arc::new(self.step.finish()));
+        add("thread_id", Arc::new(self.thread.finish()));
+        self.out
+    }
+}
+
+/// The trace's metadata: the device (the GPU plane's name and memory when the allocator is a
+/// device's), the allocator's settings as `allocator_settings`, how the events were ordered
+/// and what was seeded, then what the capture's `.json` adds (`capture_json`).
+fn trace_metadata(
+    path: &Path,
+    capture: &mut ParsedCapture,
+    chosen: &AllocatorSummary,
+    summaries: &[AllocatorSummary],
+    evs: &[MemEvent],
+    ordering: &events::OrderingReport,
+    seeds: &events::Seeds,
+    opts: &ImportOptions,
+) -> Result<TraceMetadata> {
+    let device = chosen.device_ordinal();
     let mut metadata = TraceMetadata::new("xplane");
     metadata.source_path = Some(path.display().to_string());
     metadata.source_version = capture.version.clone();
@@ -237,7 +294,7 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
     metadata
         .extra
         .insert("allocators".into(), serde_json::Value::Object(summaries.iter().map(|s| (s.name.clone(), s.events.into())).collect()));
-    metadata.extra.insert("ordering".into(), serde_json::to_value(&ordering).expect("serializes"));
+    metadata.extra.insert("ordering".into(), serde_json::to_value(ordering).expect("serializes"));
     let lowest_address = evs.iter().map(|e| e.addr).chain(seeds.live.iter().map(|&(a, _, _)| a)).min();
     metadata.extra.insert(
         "seed".into(),
@@ -254,50 +311,64 @@ fn build_trace(path: &Path, mut capture: ParsedCapture, opts: &ImportOptions) ->
     if let Some(h) = &capture.hostname {
         metadata.extra.insert("hostname".into(), h.clone().into());
     }
-
     if let Some((meta_path, m)) = read_meta_json(opts, path)? {
-        if metadata.source_version.is_none() {
-            metadata.source_version =
-                ["jax", "tf", "tensorflow"].iter().find_map(|k| m.get(*k)).and_then(|v| v.as_str()).map(str::to_string);
-        }
-        if info.total_memory.is_none() {
-            info.total_memory = super::meta_u64(&meta_path, &m, "", "device_total_bytes")?;
-        }
-        if let Some(st) = m.get("memory_stats").filter(|v| v.is_object()) {
-            // jax `Device.memory_stats()` of the device allocator: bytes_limit is its
-            // memory_limit (what the trace's bytes_available implies too).
-            if chosen.is_device() {
-                if let Some(limit) = super::meta_u64(&meta_path, st, "memory_stats.", "bytes_limit")? {
-                    info.memory_cap = Some(limit);
-                }
-                let mut stats = serde_json::Map::new();
-                stats.insert(device.to_string(), st.clone());
-                metadata.extra.insert("recorded_stats".into(), serde_json::Value::Object(stats));
-            }
-        }
-        if capture.framework.is_none() {
-            capture.framework = if m.get("jax").is_some() {
-                Some("jax")
-            } else if m.get("tf").is_some() || m.get("tensorflow").is_some() {
-                Some("tf")
-            } else {
-                None
-            };
-        }
-        if let Some(env) = m.get("env").filter(|v| v.is_object()) {
-            bfc.insert("env".into(), env.clone());
-        }
-        metadata.extra.insert("meta_path".into(), meta_path.display().to_string().into());
-        let mut cap = m.as_object().cloned().unwrap_or_default();
-        cap.remove("memory_stats");
-        metadata.extra.insert("capture".into(), serde_json::Value::Object(cap));
+        capture_json(&meta_path, &m, capture, chosen, &mut metadata, &mut info, &mut bfc)?;
     }
     if let Some(f) = capture.framework {
         bfc.insert("framework".into(), f.into());
     }
     metadata.allocator_settings = serde_json::Value::Object(bfc);
     metadata.devices = vec![info];
-    out.finish(metadata, FrameTable::default())
+    Ok(metadata)
+}
+
+/// What the capture's `.json` (`m`, read from `meta_path`) adds: the framework and its
+/// version, the device's memory, the device allocator's final stats and memory limit, the
+/// environment.
+fn capture_json(
+    meta_path: &Path,
+    m: &serde_json::Value,
+    capture: &mut ParsedCapture,
+    chosen: &AllocatorSummary,
+    metadata: &mut TraceMetadata,
+    info: &mut DeviceInfo,
+    bfc: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<()> {
+    if metadata.source_version.is_none() {
+        metadata.source_version = ["jax", "tf", "tensorflow"].iter().find_map(|k| m.get(*k)).and_then(|v| v.as_str()).map(str::to_string);
+    }
+    if info.total_memory.is_none() {
+        info.total_memory = super::meta_u64(meta_path, m, "", "device_total_bytes")?;
+    }
+    if let Some(st) = m.get("memory_stats").filter(|v| v.is_object()) {
+        // jax `Device.memory_stats()` of the device allocator: bytes_limit is its
+        // memory_limit (what the trace's bytes_available implies too).
+        if chosen.is_device() {
+            if let Some(limit) = super::meta_u64(meta_path, st, "memory_stats.", "bytes_limit")? {
+                info.memory_cap = Some(limit);
+            }
+            let mut stats = serde_json::Map::new();
+            stats.insert(info.index.to_string(), st.clone());
+            metadata.extra.insert("recorded_stats".into(), serde_json::Value::Object(stats));
+        }
+    }
+    if capture.framework.is_none() {
+        capture.framework = if m.get("jax").is_some() {
+            Some("jax")
+        } else if m.get("tf").is_some() || m.get("tensorflow").is_some() {
+            Some("tf")
+        } else {
+            None
+        };
+    }
+    if let Some(env) = m.get("env").filter(|v| v.is_object()) {
+        bfc.insert("env".into(), env.clone());
+    }
+    metadata.extra.insert("meta_path".into(), meta_path.display().to_string().into());
+    let mut cap = m.as_object().cloned().unwrap_or_default();
+    cap.remove("memory_stats");
+    metadata.extra.insert("capture".into(), serde_json::Value::Object(cap));
+    Ok(())
 }
 
 /// What the importer found, for `--allocator` help and `info`: allocator name -> events.
