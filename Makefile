@@ -54,10 +54,13 @@ wheel: venv
 	$(VENV_ABS)/bin/maturin build --release --out dist
 
 # `make lint`: formatting, clippy with warnings as errors (both crates, every target), ruff,
-# mypy (strict) and stubtest (python/allocreplay/_core.pyi against the built extension). CI runs it.
+# the Rust core's layering and function lengths (docs/architecture.md), mypy (strict) and stubtest
+# (python/allocreplay/_core.pyi against the built extension). CI runs it.
 lint: develop
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	$(PY) scripts/structure.py
+	$(PY) scripts/long_functions.py
 	$(VENV_ABS)/bin/ruff check python tests scripts
 	$(VENV_ABS)/bin/ruff format --check python tests scripts
 	$(VENV_ABS)/bin/mypy
