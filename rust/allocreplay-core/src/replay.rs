@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow_array::builder::{Float64Builder, Int32Builder, Int64Builder, StringBuilder, UInt32Builder, UInt64Builder};
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{DataType, Field};
 
 use crate::engine::{replay_device_hooked, BoxedPolicy, DeviceReplay, DeviceReplayer, DrivenPolicy, FirstOom, Hooks, ReplayOptions};
 use crate::error::{Error, Result};
@@ -444,8 +444,26 @@ fn offline_run(trace: &Trace, spec: &str, bound: Bound, device: i32, alignment: 
     })
 }
 
-fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>) -> RecordBatch {
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("columns match their fields")
+use crate::trace::schema::record_batch as batch;
+
+/// The four tables of a replay's result.
+#[derive(Debug, Clone)]
+pub struct ResultTables {
+    pub summary: RecordBatch,
+    pub timeline: RecordBatch,
+    pub segments: RecordBatch,
+    pub placements: RecordBatch,
+}
+
+/// [`summary_batch`], [`timeline_batch`], [`segments_batch`] and [`placements_batch`] of `runs`:
+/// what every front end returns.
+pub fn result_tables(runs: &[Run]) -> ResultTables {
+    ResultTables {
+        summary: summary_batch(runs),
+        timeline: timeline_batch(runs),
+        segments: segments_batch(runs),
+        placements: placements_batch(runs),
+    }
 }
 
 /// One row per (policy, device).

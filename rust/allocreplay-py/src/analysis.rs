@@ -89,24 +89,10 @@ fn replay_progress(
         p.done.store(0, Ordering::Relaxed);
         p.total.store(core_replay::progress_total(&t, &req), Ordering::Relaxed);
         let batches = crate::interrupt::detach(py, move || {
-            core_replay::replay_with_progress(&t, &req, &|spec, ctx| allocreplay_core::registry::build(spec, ctx), Some(&p.done)).map(
-                |runs| {
-                    (
-                        core_replay::summary_batch(&runs),
-                        core_replay::timeline_batch(&runs),
-                        core_replay::segments_batch(&runs),
-                        core_replay::placements_batch(&runs),
-                    )
-                },
-            )
+            core_replay::replay_with_progress(&t, &req, &allocreplay_core::registry::build, Some(&p.done))
+                .map(|runs| core_replay::result_tables(&runs))
         })?;
-        let table = |batch| Py::new(py, PyTable { batch });
-        Ok(PyReplayResult {
-            summary: table(batches.0)?,
-            timeline: table(batches.1)?,
-            segments: table(batches.2)?,
-            placements: table(batches.3)?,
-        })
+        Ok(PyReplayResult::new(py, batches)?)
     })
 }
 
@@ -137,23 +123,10 @@ fn replay_file(
             if let Some(p) = &p {
                 p.total.store(core_replay::progress_total_mapped(&trace, &req), Ordering::Relaxed);
             }
-            let build = |spec: &str, ctx: &allocreplay_core::policy::PolicyContext| allocreplay_core::registry::build(spec, ctx);
-            let runs = core_replay::replay_mapped(&trace, &req, &build, p.as_ref().map(|p| &p.done))?;
-            let batches = (
-                core_replay::summary_batch(&runs),
-                core_replay::timeline_batch(&runs),
-                core_replay::segments_batch(&runs),
-                core_replay::placements_batch(&runs),
-            );
-            Ok((batches, trace.info().clone()))
+            let runs = core_replay::replay_mapped(&trace, &req, &allocreplay_core::registry::build, p.as_ref().map(|p| &p.done))?;
+            Ok((core_replay::result_tables(&runs), trace.info().clone()))
         })?;
-        let table = |batch| Py::new(py, PyTable { batch });
-        let result = PyReplayResult {
-            summary: table(batches.0)?,
-            timeline: table(batches.1)?,
-            segments: table(batches.2)?,
-            placements: table(batches.3)?,
-        };
+        let result = PyReplayResult::new(py, batches)?;
         Ok((result, crate::info::TraceInfo { inner: info }))
     })
 }

@@ -24,6 +24,19 @@ pub struct PyReplayResult {
     pub(crate) placements: Py<PyTable>,
 }
 
+impl PyReplayResult {
+    /// The Python result of a replay's tables (`replay::result_tables`): every binding that
+    /// replays returns it so.
+    pub(crate) fn new(py: Python<'_>, t: core_replay::ResultTables) -> PyResult<Self> {
+        Ok(PyReplayResult {
+            summary: PyTable::new(py, t.summary)?,
+            timeline: PyTable::new(py, t.timeline)?,
+            segments: PyTable::new(py, t.segments)?,
+            placements: PyTable::new(py, t.placements)?,
+        })
+    }
+}
+
 /// Replays every device of `trace` under every policy spec. A policy that cannot run on a
 /// device of this trace gets a row whose `error` column says why.
 #[pyfunction]
@@ -40,21 +53,7 @@ pub fn replay(
     guard(|| {
         let capacity = capacity.map(|c| c.0);
         let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
-        let (summary, timeline, segments, placements) = crate::interrupt::detach(py, move || {
-            core_replay::replay(&t, &req).map(|runs| {
-                (
-                    core_replay::summary_batch(&runs),
-                    core_replay::timeline_batch(&runs),
-                    core_replay::segments_batch(&runs),
-                    core_replay::placements_batch(&runs),
-                )
-            })
-        })?;
-        Ok(PyReplayResult {
-            summary: PyTable::new(py, summary)?,
-            timeline: PyTable::new(py, timeline)?,
-            segments: PyTable::new(py, segments)?,
-            placements: PyTable::new(py, placements)?,
-        })
+        let tables = crate::interrupt::detach(py, move || core_replay::replay(&t, &req).map(|runs| core_replay::result_tables(&runs)))?;
+        Ok(PyReplayResult::new(py, tables)?)
     })
 }

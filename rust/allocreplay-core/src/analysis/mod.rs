@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arrow_array::builder::{BooleanBuilder, Int32Builder, Int64Builder, StringBuilder, UInt32Builder, UInt64Builder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{DataType, Field};
 
 use crate::device::DeviceEvent;
 use crate::engine::{replay_device_hooked, FirstOom, Hooks, ReplayOptions};
@@ -233,9 +233,7 @@ fn blocks_from_placements(segments: &[SegmentInfo], live: &[LiveAlloc]) -> Vec<B
     out
 }
 
-fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>) -> RecordBatch {
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("columns match their fields")
-}
+use crate::trace::schema::record_batch as batch;
 
 /// One row per (policy, device) state: `policy`, `device`, `event`, `time_ns`,
 /// `allocated_bytes`, `reserved_bytes`, `capacity_bytes`, `largest_free_block_bytes`,

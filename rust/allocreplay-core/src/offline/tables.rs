@@ -6,14 +6,12 @@ use std::sync::Arc;
 
 use arrow_array::builder::{Float64Builder, Int32Builder, Int64Builder, StringBuilder, UInt64Builder};
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{DataType, Field};
 
 use super::buffer_assignment::ProgramPlan;
 use super::OfflineResult;
 
-fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>) -> RecordBatch {
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("columns match their fields")
-}
+use crate::trace::schema::record_batch as batch;
 
 /// One row per program: `program`, `recorded_temp_bytes`, `planned_temp_bytes`,
 /// `lower_bound_bytes`, `argument_bytes`, `output_bytes` ([`ProgramPlan`]'s fields).

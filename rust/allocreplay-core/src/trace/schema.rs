@@ -65,3 +65,9 @@ pub fn schema_with(extra: &[Field], metadata_json: String, frames_json: Option<S
     }
     Arc::new(Schema::new_with_metadata(fields, md))
 }
+
+/// A record batch of `columns` under `fields` (the result tables of replays, analyses and
+/// plans: their columns are built to match, so a mismatch is a bug).
+pub fn record_batch(fields: Vec<arrow_schema::Field>, columns: Vec<arrow_array::ArrayRef>) -> arrow_array::RecordBatch {
+    arrow_array::RecordBatch::try_new(std::sync::Arc::new(arrow_schema::Schema::new(fields)), columns).expect("columns match their fields")
+}
