@@ -617,10 +617,20 @@ impl CachingAllocator {
         bl.requested = 0;
     }
 
+    /// Whether `release_block` may take free block `b`: a whole segment of its own (upstream's
+    /// `!block->prev && !block->next` in `release_blocks`), not part of an expandable segment.
+    fn releasable(&self, b: u32) -> bool {
+        let bl = &self.blocks[b as usize];
+        bl.expandable == NONE && !bl.is_split()
+    }
+
     /// `release_block`: cudaFree of an unsplit, non-expandable free block.
     fn release_block(&mut self, b: u32, dev: &mut DeviceMemory) {
         // Upstream's TORCH_INTERNAL_ASSERT: expandable segments are unmapped, never cudaFree'd.
         assert_eq!(self.blocks[b as usize].expandable, NONE, "release_block of a block of an expandable segment");
+        // cudaFree takes whole segments: freeing part of one would leave its other blocks
+        // linked to a deleted block (upstream's callers never pass a split block).
+        assert!(!self.blocks[b as usize].is_split(), "release_block of a split block (part of a segment)");
         let (ptr, size) = (self.blocks[b as usize].ptr, self.blocks[b as usize].size);
         self.stats.num_device_free += 1;
         dev.free(ptr, size);
@@ -723,6 +733,20 @@ impl CachingAllocator {
     /// large enough that is expandable sends it to the several-blocks path, which releases only
     /// the others (before, this port cudaFree'd part of an expandable segment's address space and
     /// later panicked in `ExpandableSegment::map` or looped).
+    ///
+    /// Split blocks are treated the same way (see [`Self::releasable`]): upstream's
+    /// `release_block` cudaFrees `block->ptr` as a whole segment, which is sound there because
+    /// no free block of `max_split_size` or more is ever part of a split segment (`should_split`
+    /// keeps requests from `max_split_size` up whole, `get_free_block` hands smaller ones no
+    /// block that large). A truncated trace's seeds break that: they place the allocations of a
+    /// run recorded under other settings at their recorded addresses, leaving free parts of
+    /// their segments of any size. Releasing one of those as a segment (as this port did) left
+    /// its neighbours linked to a deleted block, whose slot the next block reused: the segment
+    /// lists became cycles and `should_split` was handed a block smaller than the request
+    /// ("attempt to subtract with overflow", `tune` on `gpt2_train__default_ring20k` under
+    /// `max_split_size_mb:256,roundup_power2_divisions:4` at 4 GiB). Such a block stays cached
+    /// until its segment is whole again, as `release_blocks` ("frees all non-split blocks")
+    /// has it.
     fn release_available_cached_blocks(&mut self, pool: u32, stream: u64, size: u64, dev: &mut DeviceMemory) -> bool {
         let max_split = self.config.max_split_size;
         if max_split == u64::MAX {
@@ -735,7 +759,7 @@ impl CachingAllocator {
         let lookup = key_size.min((1 << 56) - 1);
         let found = self.pools[pool as usize].blocks.range(rank, lookup).next().map(|(_, _, b)| b);
         match found {
-            Some(b) if self.blocks[b as usize].expandable == NONE => {
+            Some(b) if self.releasable(b) => {
                 self.release_block(b, dev);
                 true
             }
@@ -761,7 +785,7 @@ impl CachingAllocator {
                     if total_released >= key_size || bl.size < max_split || bl.stream != stream {
                         break;
                     }
-                    if bl.expandable == NONE {
+                    if self.releasable(b) {
                         total_released += bl.size;
                         self.release_block(b, dev);
                     }
@@ -1373,6 +1397,40 @@ mod tests {
         );
         let e = PytorchConfig::parse("large_segment_size_mb:9223372036854775808").unwrap_err().to_string();
         assert_eq!(e, "large_segment_size_mb must be at most 34359738367, got 9223372036854775808");
+    }
+
+    #[test]
+    fn a_seeded_segments_free_part_above_max_split_size_is_never_cudafreed() {
+        // A truncated trace's seeds, recorded without max_split_size, leave a free block of
+        // 400 MiB >= max_split_size in front of a live 200 MiB allocation, in one 600 MiB
+        // segment: a state upstream never has. release_available_cached_blocks used to
+        // release that block as a segment (its single-block path for 350 MiB, its
+        // several-blocks path for 450 MiB); the allocation kept a link to the deleted block,
+        // whose slot the next block took, and the replay of gpt2_train__default_ring20k
+        // panicked later in should_split. Now the block stays until its segment is whole.
+        const A: u64 = 0x7f00_0000_0000;
+        for request in [350 * MB, 450 * MB] {
+            let (mut a, mut d) = alloc("max_split_size_mb:256", Some(500 * MB));
+            a.seed_segment(A, 600 * MB, 0, 0, &mut d);
+            let seed = Request { recorded_addr: Some(A + 400 * MB), ..req(0, 200 * MB, 0) };
+            assert_eq!(a.seed_alloc(&seed, &mut d).unwrap(), Placement { addr: A + 400 * MB, size: 200 * MB, segment: A });
+            let layout = |a: &CachingAllocator| {
+                a.blocks().unwrap().iter().map(|b| (b.segment, b.addr - A, b.size / MB, b.allocated)).collect::<Vec<_>>()
+            };
+            let before = layout(&a);
+            assert_eq!(before, vec![(A, 0, 400, false), (A, 400 * MB, 200, true)]);
+            // The cap (500 MiB) is below the seeds (600 MiB): nothing fits, nothing can go.
+            assert_eq!(a.malloc(&req(1, request, 0), &mut d), Err(OutOfMemory { alloc_size: request }), "{request}");
+            assert_eq!(layout(&a), before, "{request}");
+            assert_eq!((a.stats.reserved, a.stats.allocated, a.stats.num_device_free), (600 * MB, 200 * MB, 0), "{request}");
+            // The seed's free makes the segment whole again: now it is released for the request.
+            free(&mut a, &mut d, 0);
+            assert_eq!(layout(&a), vec![(A, 0, 600, false)]);
+            let p = a.malloc(&req(2, request, 0), &mut d).unwrap();
+            assert_eq!((p.size, a.stats.reserved, a.stats.num_device_free), (request, request, 1), "{request}");
+            free(&mut a, &mut d, 2);
+            assert_eq!(a.stats.allocated, 0);
+        }
     }
 
     #[test]
