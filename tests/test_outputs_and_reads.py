@@ -378,7 +378,7 @@ def test_needs_rust_a_file_truncated_during_a_streamed_replay_is_an_error_not_si
         box = {}
         def work():
             try:
-                box["r"] = _core.replay_file(path, ["pytorch"], counter, None, 100, False)
+                box["r"] = _core.replay_file(path, ["pytorch"], None, 100, False, counter)
             except Exception as e:
                 box["e"] = e
         th = threading.Thread(target=work)

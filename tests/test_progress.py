@@ -13,7 +13,7 @@ def test_the_counter_reaches_every_row_of_every_replay():
     t = allocreplay.load(shared("gpt2_train__default.pickle.xz"))
     counter = _core.Progress()
     assert (counter.done, counter.total) == (0, 0)
-    r = _core.replay_progress(t._inner, ["pytorch", "bfc"], counter)
+    r = _core.replay(t._inner, ["pytorch", "bfc"], progress=counter)
     # Each (policy, device) replay walks the whole trace once: 2 x 52,626 rows.
     assert counter.total == 2 * len(t) == 2 * 52_626
     assert counter.done == counter.total
@@ -43,9 +43,9 @@ def test_the_bar_is_drawn_on_a_terminal_and_erased_and_silent_otherwise():
     counter = _core.Progress()
     tty = _Tty()
     t = allocreplay.load(shared("gpt2_train__default.pickle.xz"))
-    _core.replay_progress(t._inner, ["pytorch"], counter)  # sets the total: the first draw shows the bar
+    _core.replay(t._inner, ["pytorch"], progress=counter)  # sets the total: the first draw shows the bar
     with progress.Bar("replaying", counter, stream=tty, delay_s=0.0):
-        _core.replay_progress(t._inner, ["pytorch"], counter)
+        _core.replay(t._inner, ["pytorch"], progress=counter)
     out = tty.getvalue()
     assert out.startswith("\rreplaying [") and "/52,626 events" in out
     assert out.endswith("\r\x1b[K")

@@ -1,4 +1,4 @@
-"""Issue #12: large .arrow traces are streamed from their memory map (``_core.replay_file``),
+"""Issue #12: large .arrow traces are streamed batch by batch (``_core.replay_file``),
 batch by batch, by ``allocreplay replay`` and ``allocreplay.replay(path)``; ``synth --tile``
 writes its tile batch by batch. Streamed or loaded, a replay gives the same tables."""
 
@@ -34,7 +34,7 @@ def tables(r: allocreplay.ReplayResult) -> list[pl.DataFrame]:
 @pytest.mark.parametrize("capacity", [None, "1GiB"])
 def test_a_streamed_replay_equals_the_loaded_one(tiled, monkeypatch, capacity):
     loaded = allocreplay.replay(allocreplay.load(tiled), POLICIES, capacity, timeline_points=50)
-    streamed, info = _core.replay_file(str(tiled), POLICIES, None, capacity, 50, True)
+    streamed, info = _core.replay_file(str(tiled), POLICIES, capacity, 50, True)
     for a, b in zip(tables(loaded), tables(allocreplay.ReplayResult(streamed))):
         assert a.equals(b)
     assert info.to_dict() == allocreplay.load(tiled).info().to_dict()

@@ -31,7 +31,6 @@ __all__ = [
     "policy_env",
     "replay",
     "replay_file",
-    "replay_progress",
     "state_at",
     "sweep",
     "tile",
@@ -251,7 +250,16 @@ def replay(
     capacity: float | str | None = None,
     timeline_points: int = 2000,
     placements: bool = True,
+    progress: Progress | None = None,
 ) -> ReplayResult: ...
+def replay_file(
+    path: str | PathLike[str],
+    policies: list[str],
+    capacity: float | str | None = None,
+    timeline_points: int = 2000,
+    placements: bool = True,
+    progress: Progress | None = None,
+) -> tuple[ReplayResult, TraceInfo]: ...
 def parse_capacity(capacity: float | str) -> int | float: ...
 def format_bytes(n: int) -> str: ...
 def plan(path: str | PathLike[str]) -> Table: ...
@@ -274,22 +282,6 @@ class Progress:
     @property
     def total(self) -> int: ...
 
-def replay_progress(
-    trace: Trace,
-    policies: list[str],
-    progress: Progress,
-    capacity: float | str | None = None,
-    timeline_points: int = 2000,
-    placements: bool = True,
-) -> ReplayResult: ...
-def replay_file(
-    path: str | PathLike[str],
-    policies: list[str],
-    progress: Progress | None = None,
-    capacity: float | str | None = None,
-    timeline_points: int = 2000,
-    placements: bool = True,
-) -> tuple[ReplayResult, TraceInfo]: ...
 def load_progress(
     path: str | PathLike[str], progress: Progress, meta: str | PathLike[str] | None = None, allocator: str | None = None, lenient: bool = False
 ) -> Trace: ...

@@ -126,7 +126,7 @@ def replay_file(
     placements: bool = True,
     quiet: bool = False,
 ) -> tuple[ReplayResult, TraceInfo]:
-    """``replay`` of an ``.arrow`` file streamed from its memory map (``_api.replay_file_counted``),
+    """``replay`` of an ``.arrow`` file streamed batch by batch (``_api.replay_file_counted``),
     with a progress bar (the elapsed time while the file is checked, then the rows replayed);
     also the trace's info."""
     counter = _api.Progress()

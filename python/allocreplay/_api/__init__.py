@@ -53,7 +53,7 @@ def load(path: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = 
     return Trace(_core.load(os.fspath(path), None if meta is None else os.fspath(meta), allocator, lenient))
 
 
-# .arrow files from this size on are replayed streamed from their memory map, batch by batch
+# .arrow files from this size on are replayed streamed from the file, batch by batch
 # (``_core.replay_file``: memory O(live allocations), not O(events); issue #12) rather than
 # loaded whole; the results are the same. Smaller files load: nothing to gain there.
 STREAM_MIN_BYTES = 64 << 20
@@ -94,9 +94,9 @@ def replay(
     summary's ``capacity_source`` says which (``--capacity``, ``recorded_cap``,
     ``device_total_minus_cuda_context``, ``device_total``, ``unlimited``).
 
-    Given the path of a large ``.arrow`` file (``STREAM_MIN_BYTES``), the file is streamed from
-    its memory map rather than loaded: a trace of any length replays in the memory of the
-    policies' state (and of the placements table, one row per allocation: pass
+    Given the path of a large ``.arrow`` file (``STREAM_MIN_BYTES``), the file is streamed batch
+    by batch rather than loaded: a trace of any length replays in the memory of the policies'
+    state (and of the placements table, one row per allocation: pass
     ``placements=False`` on traces of tens of millions of events).
     """
     specs = [policies] if isinstance(policies, str) else list(policies)
@@ -214,7 +214,7 @@ def policy_env(spec: str) -> str:
 
 
 def info_file(path: str | os.PathLike[str]) -> tuple[TraceInfo, dict[str, Any]]:
-    """An ``.arrow`` file's info and metadata, counted in one pass over its memory map."""
+    """An ``.arrow`` file's info and metadata, counted in one pass over the file."""
     return _core.info_file(path)
 
 
@@ -248,15 +248,15 @@ def state_at(trace: Trace, policy: str, at: str, capacity: str | float | None, h
 
 def replay_counted(trace: Trace, specs: Sequence[str], counter: Progress, capacity: str | float | None, timeline_points: int, placements: bool) -> ReplayResult:
     """:func:`replay` of a loaded trace counting the rows walked into ``counter`` (a progress bar's)."""
-    return ReplayResult(_core.replay_progress(trace._inner, list(specs), counter, capacity, timeline_points, placements))
+    return ReplayResult(_core.replay(trace._inner, list(specs), capacity, timeline_points, placements, counter))
 
 
 def replay_file_counted(
     path: str | os.PathLike[str], specs: Sequence[str], counter: Progress | None, capacity: str | float | None, timeline_points: int, placements: bool
 ) -> tuple[ReplayResult, TraceInfo]:
-    """:func:`replay` of an ``.arrow`` file streamed from its memory map (rows counted into
+    """:func:`replay` of an ``.arrow`` file streamed batch by batch (rows counted into
     ``counter``), and the trace's info."""
-    inner, info = _core.replay_file(os.fspath(path), list(specs), counter, capacity, timeline_points, placements)
+    inner, info = _core.replay_file(os.fspath(path), list(specs), capacity, timeline_points, placements, counter)
     return ReplayResult(inner), info
 
 

@@ -32,7 +32,7 @@ def _device_line(md: dict[str, Any], index: int) -> str:
 def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, lenient: bool) -> None:
     """Counts and recorded peaks of a TRACE."""
     if not lenient and _api._streams(trace, []):
-        # A large .arrow file: counted in one pass over its memory map, never loaded whole.
+        # A large .arrow file: counted in one pass over the file, never loaded whole.
         with progress_bar(f"reading {os.path.basename(trace)}", quiet=False):
             info, md = _api.info_file(trace)
     else:

@@ -65,7 +65,7 @@ def replay_cmd(
 
         _pyplot()  # say now, not after the replay, that matplotlib is missing
     if not lenient and _api._streams(trace, specs):
-        # A large .arrow file: streamed from its memory map, never loaded whole (issue #12).
+        # A large .arrow file: streamed batch by batch from the file, never loaded whole (issue #12).
         result, info = _replay_file_progress(trace, specs, capacity, placements=False, quiet=quiet)
     else:
         t = load_trace(trace, meta, allocator, quiet, lenient)

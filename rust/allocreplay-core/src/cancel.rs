@@ -22,6 +22,24 @@ use crate::error::{Error, Result};
 /// slow a loop (the engine's, the offline planner's, the loaders').
 pub const PROGRESS_EVERY: usize = 1 << 14;
 
+/// How far a long call has gone, read from another thread for a progress bar: `done` of
+/// `total` units (a load: bytes of the file read, the parse that follows not counted; a
+/// replay: trace rows walked, every (policy, device) replay walking the whole trace). The call
+/// sets `total` when it starts and counts into `done` every [`PROGRESS_EVERY`] units.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub done: std::sync::atomic::AtomicU64,
+    pub total: std::sync::atomic::AtomicU64,
+}
+
+impl Progress {
+    /// Starts counting a call of `total` units from 0.
+    pub fn start(&self, total: u64) {
+        self.done.store(0, Ordering::Relaxed);
+        self.total.store(total, Ordering::Relaxed);
+    }
+}
+
 /// A cancellation flag shared by the caller and the call it may stop.
 #[derive(Debug, Clone, Default)]
 pub struct Cancel(Arc<AtomicBool>);

@@ -1,13 +1,14 @@
 //! `allocreplay replay`: every device of a trace under every requested policy, and the results
 //! as Arrow record batches (summary, timeline, segments, placements) for the Python layer.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::builder::{Float64Builder, Int32Builder, Int64Builder, StringBuilder, UInt32Builder, UInt64Builder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field};
 
+use crate::cancel::Progress;
 use crate::engine::{replay_device_hooked, BoxedPolicy, DeviceReplay, DeviceReplayer, DrivenPolicy, FirstOom, Hooks, ReplayOptions};
 use crate::error::{Error, Result};
 use crate::policy::PolicyContext;
@@ -27,11 +28,24 @@ pub struct ReplayRequest {
     pub placements: bool,
     /// Worker threads (0: as many as the machine has cores).
     pub threads: usize,
+    /// Counts the trace rows walked as the replays go, for a progress bar: `total` is set to
+    /// [`Source::progress_total`] when the replay starts.
+    pub progress: Option<Arc<Progress>>,
+    /// What builds each policy: [`registry::build`], or a test's own policies.
+    pub factory: PolicyFactory,
 }
 
 impl Default for ReplayRequest {
     fn default() -> Self {
-        ReplayRequest { policies: vec!["pytorch".into()], capacity: None, timeline_points: 2000, placements: true, threads: 0 }
+        ReplayRequest {
+            policies: vec!["pytorch".into()],
+            capacity: None,
+            timeline_points: 2000,
+            placements: true,
+            threads: 0,
+            progress: None,
+            factory: registry::build,
+        }
     }
 }
 
@@ -117,13 +131,8 @@ pub fn metadata_limit(
     }
 }
 
-/// Replays `trace` under every policy of `req` with the policies of the registry.
-pub fn replay(trace: &Trace, req: &ReplayRequest) -> Result<Vec<Run>> {
-    replay_with(trace, req, &|spec, ctx| registry::build(spec, ctx))
-}
-
-/// Builds a policy for one spec and device (the registry, or a test factory).
-pub type PolicyFactory = dyn Fn(&str, &PolicyContext) -> Result<BoxedPolicy> + Sync;
+/// Builds a policy for one spec and device: [`registry::build`], or a test's factory.
+pub type PolicyFactory = fn(&str, &PolicyContext) -> Result<BoxedPolicy>;
 
 /// One (policy, device) to replay: the capacity given (`explicit`), the device's limit, and
 /// why the policy cannot run there, if it cannot.
@@ -136,53 +145,60 @@ struct Job<'s> {
     error: Option<String>,
 }
 
-pub fn replay_with(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory) -> Result<Vec<Run>> {
-    replay_with_progress(trace, req, factory, None)
-}
-
-/// Trace rows a replay of `req` walks in all (every device's replay walks the whole trace):
-/// the total of the `progress` counter of [`replay_with_progress`].
-pub fn progress_total(trace: &Trace, req: &ReplayRequest) -> u64 {
-    (trace.num_events() * trace.devices().len() * req.policies.len()) as u64
-}
-
-/// [`replay_with`], counting the trace rows walked into `progress` (see
-/// [`progress_total`]) as the replays go, for a progress bar.
-pub fn replay_with_progress(trace: &Trace, req: &ReplayRequest, factory: &PolicyFactory, progress: Option<&AtomicU64>) -> Result<Vec<Run>> {
-    run_jobs(Source::Memory(trace), &parse_specs(req)?, req, factory, progress)
-}
-
-/// [`replay`] of a trace streamed from its file (`allocreplay replay BIG.arrow`): each
-/// (policy, device) replay makes its own pass over the file's record batches, so memory is the
-/// policies' state and one batch per replay running, whatever the trace's length. The results
-/// are those of [`replay`] on the same trace loaded whole. The offline bounds (`ideal`,
-/// `offline`) need every lifetime at once and are refused: load the trace for them.
-pub fn replay_mapped(trace: &MappedTrace, req: &ReplayRequest, factory: &PolicyFactory, progress: Option<&AtomicU64>) -> Result<Vec<Run>> {
+/// Replays every device of `source` under every policy of `req`: the one replay entry of the
+/// core. `source` is a trace held whole (`&Trace`) or an `.arrow` file streamed batch by batch
+/// (`&MappedTrace`, `allocreplay replay BIG.arrow`), where each (policy, device) replay makes
+/// its own pass over the file's record batches, so memory is the policies' state and one batch
+/// per replay running, whatever the trace's length; the results are those of the same trace
+/// loaded whole. The offline bounds (`ideal`, `offline`) need every lifetime at once and are
+/// refused on a streamed file. `req.progress`, when given, counts the trace rows walked.
+pub fn replay<'a>(source: impl Into<Source<'a>>, req: &ReplayRequest) -> Result<Vec<Run>> {
+    let source = source.into();
     let specs = parse_specs(req)?;
-    if let Some(spec) = specs.iter().find(|s| matches!(s, PolicySpec::Bound { .. })) {
+    if let (Source::Mapped(_), Some(spec)) = (source, specs.iter().find(|s| matches!(s, PolicySpec::Bound { .. }))) {
         return Err(Error::InvalidArgument(format!(
             "{}: an offline bound needs the whole trace in memory; it cannot be replayed from a streamed file",
             spec.text()
         )));
     }
-    run_jobs(Source::Mapped(trace), &specs, req, factory, progress)
-}
-
-/// [`progress_total`] of a streamed trace.
-pub fn progress_total_mapped(trace: &MappedTrace, req: &ReplayRequest) -> u64 {
-    (trace.num_events() * trace.devices().len() * req.policies.len()) as u64
+    if let Some(p) = &req.progress {
+        p.start(source.progress_total(req));
+    }
+    run_jobs(source, &specs, req)
 }
 
 /// Where a replay's events come from.
 #[derive(Clone, Copy)]
-enum Source<'a> {
+pub enum Source<'a> {
     /// A trace held whole.
     Memory(&'a Trace),
     /// A file streamed batch by batch.
     Mapped(&'a MappedTrace),
 }
 
+impl<'a> From<&'a Trace> for Source<'a> {
+    fn from(t: &'a Trace) -> Self {
+        Source::Memory(t)
+    }
+}
+
+impl<'a> From<&'a MappedTrace> for Source<'a> {
+    fn from(t: &'a MappedTrace) -> Self {
+        Source::Mapped(t)
+    }
+}
+
 impl<'a> Source<'a> {
+    /// Trace rows a replay of `req` walks in all (every device's replay walks the whole
+    /// trace): the total that `req.progress` counts up to.
+    pub fn progress_total(self, req: &ReplayRequest) -> u64 {
+        let (events, devices) = match self {
+            Source::Memory(t) => (t.num_events(), t.devices().len()),
+            Source::Mapped(t) => (t.num_events(), t.devices().len()),
+        };
+        (events * devices * req.policies.len()) as u64
+    }
+
     fn metadata(self) -> &'a TraceMetadata {
         match self {
             Source::Memory(t) => &t.metadata,
@@ -223,13 +239,9 @@ fn parse_specs(req: &ReplayRequest) -> Result<Vec<PolicySpec>> {
     req.policies.iter().map(|s| PolicySpec::parse(s)).collect()
 }
 
-fn run_jobs(
-    source: Source<'_>,
-    specs: &[PolicySpec],
-    req: &ReplayRequest,
-    factory: &PolicyFactory,
-    progress: Option<&AtomicU64>,
-) -> Result<Vec<Run>> {
+fn run_jobs(source: Source<'_>, specs: &[PolicySpec], req: &ReplayRequest) -> Result<Vec<Run>> {
+    let factory = req.factory;
+    let progress = req.progress.as_deref().map(|p| &p.done);
     let metadata = source.metadata();
     let devices = source.devices();
     // Resolve capacities and check every spec on every device before replaying anything, so a
@@ -348,7 +360,7 @@ fn builds_with_known_memory(
     device: i32,
     info: Option<&crate::trace::DeviceInfo>,
     capacity: Option<u64>,
-    factory: &PolicyFactory,
+    factory: PolicyFactory,
 ) -> bool {
     let mut probe = info.cloned().unwrap_or(crate::trace::DeviceInfo { index: device, ..Default::default() });
     if probe.total_memory.is_none() {
@@ -692,6 +704,11 @@ mod tests {
         }
     }
 
+    /// [`replay`] of a trace held whole with the test's own policies.
+    fn replay_with(t: &Trace, req: &ReplayRequest, factory: PolicyFactory) -> Result<Vec<Run>> {
+        replay(t, &ReplayRequest { factory, ..req.clone() })
+    }
+
     fn factory(spec: &str, _ctx: &PolicyContext) -> Result<BoxedPolicy> {
         match spec {
             "one_per_request" => Ok(Box::new(OnePerRequest { stats: Stats::default(), live: HashMap::new() })),
@@ -745,12 +762,12 @@ mod tests {
     fn a_recorded_oom_is_replayed_as_its_request() {
         let req = ReplayRequest { policies: vec!["one_per_request".into()], threads: 1, ..Default::default() };
         // 8 KiB: 3 KiB live + 6 KiB does not fit: the replay fails it as the real run did.
-        let s = summary_batch(&replay_with(&oom_trace(8192), &req, &factory).unwrap());
+        let s = summary_batch(&replay_with(&oom_trace(8192), &req, factory).unwrap());
         assert_eq!(col_u64(&s, "num_ooms"), vec![Some(1)]);
         assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(1)]);
         assert_eq!(col_u64(&s, "peak_reserved_bytes"), vec![Some(3072)]);
         // 16 KiB: served (peak 3 KiB + 6 KiB) and handed straight back; no OOM.
-        let s = summary_batch(&replay_with(&oom_trace(16384), &req, &factory).unwrap());
+        let s = summary_batch(&replay_with(&oom_trace(16384), &req, factory).unwrap());
         assert_eq!(col_u64(&s, "num_ooms"), vec![Some(0)]);
         assert_eq!(col_u64(&s, "first_oom_event"), vec![None]);
         assert_eq!(col_u64(&s, "peak_reserved_bytes"), vec![Some(9216)]);
@@ -764,7 +781,7 @@ mod tests {
     fn summary_rows_per_policy_and_device_worked_by_hand() {
         let t = tiny_trace(None);
         let req = ReplayRequest { policies: vec!["one_per_request".into()], threads: 2, ..Default::default() };
-        let runs = replay_with(&t, &req, &factory).unwrap();
+        let runs = replay_with(&t, &req, factory).unwrap();
         let s = summary_batch(&runs);
         assert_eq!(s.num_rows(), 2);
         let dev: Vec<i32> = s.column_by_name("device").unwrap().as_primitive::<Int32Type>().values().to_vec();
@@ -797,7 +814,7 @@ mod tests {
         // 6 KiB: the 5000-byte request (5 KiB on top of 3 KiB) does not fit: OOM at event 5.
         let t = tiny_trace(None);
         let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Bytes(6144)), ..Default::default() };
-        let runs = replay_with(&t, &req, &factory).unwrap();
+        let runs = replay_with(&t, &req, factory).unwrap();
         let s = summary_batch(&runs);
         assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(5), None]);
         assert_eq!(col_u64(&s, "first_oom_requested_bytes"), vec![Some(5000), None]);
@@ -806,18 +823,18 @@ mod tests {
         // A fraction of the recorded total memory: 0.5 of 12 KiB = 6 KiB, same result.
         let t = tiny_trace(Some(12288));
         let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Fraction(0.5)), ..Default::default() };
-        let s = summary_batch(&replay_with(&t, &req, &factory).unwrap());
+        let s = summary_batch(&replay_with(&t, &req, factory).unwrap());
         assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(5), None]);
         // Without --capacity, a trace of another source than PyTorch: the recorded total memory.
         let t = tiny_trace(Some(4096));
         let req = ReplayRequest { policies: vec!["one_per_request".into()], ..Default::default() };
-        let s = summary_batch(&replay_with(&t, &req, &factory).unwrap());
+        let s = summary_batch(&replay_with(&t, &req, factory).unwrap());
         assert_eq!(col_u64(&s, "first_oom_event"), vec![Some(5), None]);
         assert_eq!(s.column_by_name("capacity_source").unwrap().as_string::<i32>().value(0), "device_total");
         // A fraction without a recorded total is an argument error, before any replay.
         let t = tiny_trace(None);
         let req = ReplayRequest { policies: vec!["one_per_request".into()], capacity: Some(Capacity::Fraction(0.5)), ..Default::default() };
-        assert!(matches!(replay_with(&t, &req, &factory), Err(Error::InvalidArgument(_))));
+        assert!(matches!(replay_with(&t, &req, factory), Err(Error::InvalidArgument(_))));
     }
 
     #[test]
@@ -835,18 +852,18 @@ mod tests {
         };
         let t = tiny_trace(None);
         let req = ReplayRequest { policies: vec!["needs_memory".into(), "one_per_request".into()], threads: 1, ..Default::default() };
-        let s = summary_batch(&replay_with(&t, &req, &needs_memory).unwrap());
+        let s = summary_batch(&replay_with(&t, &req, needs_memory).unwrap());
         assert_eq!(s.num_rows(), 4);
         let errors: Vec<Option<&str>> = s.column_by_name("error").unwrap().as_string::<i32>().iter().collect();
         assert!(errors[0].is_some_and(|e| e.contains("does not record")), "{errors:?}");
         assert_eq!((errors[1].is_some(), errors[2], errors[3]), (true, None, None));
         assert_eq!(col_u64(&s, "peak_reserved_bytes"), vec![None, None, Some(8192), Some(2048)]);
         // With the memory recorded, the same policy runs.
-        let s = summary_batch(&replay_with(&tiny_trace(Some(1 << 20)), &req, &needs_memory).unwrap());
+        let s = summary_batch(&replay_with(&tiny_trace(Some(1 << 20)), &req, needs_memory).unwrap());
         assert_eq!(s.column_by_name("error").unwrap().null_count(), 4);
         // A spec that does not build even with the memory known is a typo: nothing runs.
         let req = ReplayRequest { policies: vec!["one_per_request".into(), "needs_memry".into()], ..Default::default() };
-        assert!(matches!(replay_with(&t, &req, &needs_memory), Err(Error::PolicySpec(_))));
+        assert!(matches!(replay_with(&t, &req, needs_memory), Err(Error::PolicySpec(_))));
     }
 
     #[test]
@@ -867,7 +884,7 @@ mod tests {
     fn unknown_policy_fails_before_replaying() {
         let t = tiny_trace(None);
         let req = ReplayRequest { policies: vec!["one_per_request".into(), "nope".into()], ..Default::default() };
-        assert!(matches!(replay_with(&t, &req, &factory), Err(Error::PolicySpec(m)) if m.contains("nope")));
+        assert!(matches!(replay_with(&t, &req, factory), Err(Error::PolicySpec(m)) if m.contains("nope")));
         // The registry lists the known names.
         let req = ReplayRequest { policies: vec!["nope:x".into()], ..Default::default() };
         match replay(&t, &req) {
@@ -902,7 +919,7 @@ mod tests {
         let t = tiny_trace(None);
         let req = ReplayRequest { policies: vec!["panics".into()], threads: 2, ..Default::default() };
         let panicking = |_: &str, _: &PolicyContext| -> Result<BoxedPolicy> { Ok(Box::new(PanicsOnMalloc(Stats::default()))) };
-        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| replay_with(&t, &req, &panicking))).unwrap_err();
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| replay_with(&t, &req, panicking))).unwrap_err();
         let message = payload.downcast_ref::<&str>().map(|m| m.to_string()).or_else(|| payload.downcast_ref::<String>().cloned());
         assert_eq!(message.as_deref(), Some("the test policy's own message"));
     }

@@ -30,7 +30,7 @@ enum Outcome {
 
 /// Replays every trace under every spec, one job per (trace, spec) on `threads` worker threads
 /// (0 = one per core; placements off, a one-point timeline, traces borrowed, not copied), as
-/// `replay::replay_with` runs its jobs. Returns `replay`'s summary columns with `setting`
+/// `replay::replay` runs its jobs. Returns `replay`'s summary columns with `setting`
 /// (index into `specs`) and `trace` (index into `traces`) in front and `error` at the end,
 /// rows ordered by trace, then setting, then device. A spec that does not parse fails the
 /// sweep; a policy that panics on a trace (a bug) fails only its own rows, whose `error` says
@@ -52,7 +52,14 @@ pub fn sweep(traces: &[&Trace], specs: &[String], capacity: Option<Capacity>, th
         }
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(&(t, s)) = jobs.get(i) else { break };
-        let req = ReplayRequest { policies: vec![specs[s].clone()], capacity, timeline_points: 1, placements: false, threads: 1 };
+        let req = ReplayRequest {
+            policies: vec![specs[s].clone()],
+            capacity,
+            timeline_points: 1,
+            placements: false,
+            threads: 1,
+            ..Default::default()
+        };
         let outcome = match panic::catch_unwind(AssertUnwindSafe(|| replay(traces[t], &req))) {
             Ok(Ok(runs)) => Ok(Outcome::Runs(runs)),
             Ok(Err(e)) => Err(e),

@@ -18,10 +18,6 @@ fn repo(rel: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(rel)
 }
 
-fn build(spec: &str, ctx: &allocreplay_core::policy::PolicyContext) -> allocreplay_core::Result<allocreplay_core::engine::BoxedPolicy> {
-    allocreplay_core::registry::build(spec, ctx)
-}
-
 #[test]
 fn a_file_truncated_while_it_streams_is_an_error_and_the_batches_read_stay_valid() {
     // Before: the batches were views of a memory map; once another process truncated the file,
@@ -51,7 +47,7 @@ fn a_file_truncated_while_it_streams_is_an_error_and_the_batches_read_stay_valid
     // A new pass, a replay: the same error at once.
     assert!(shrank(&m.batches().err().unwrap()));
     let req = ReplayRequest { policies: vec!["pytorch".into(), "bfc".into()], ..Default::default() };
-    assert!(shrank(&replay::replay_mapped(&m, &req, &build, None).unwrap_err()));
+    assert!(shrank(&replay::replay(&m, &req).unwrap_err()));
     // Opened again, the truncated file is corrupt (no footer), not a crash.
     assert!(matches!(MappedTrace::open(&path), Err(Error::Format { .. })));
     assert!(matches!(load(&path, &ImportOptions::default()), Err(Error::Format { .. })));

@@ -1,5 +1,5 @@
 //! Issue #12: an `.arrow` trace streamed from its memory map, batch by batch
-//! (`MappedTrace`, `replay::replay_mapped`), gives what the same trace loaded whole gives:
+//! (`MappedTrace`, `replay::replay` of a `MappedTrace`), gives what the same trace loaded whole gives:
 //! the checks, `info`, and every replay table.
 
 mod common;
@@ -42,9 +42,10 @@ fn assert_streams_as_loaded(path: &Path, capacities: &[Option<Capacity>], timeli
         ["pytorch", "pytorch:expandable_segments:True", "bfc", "cuda-async", "cuda-malloc", "managed"].map(String::from).to_vec();
     for &capacity in capacities {
         for &timeline_points in timeline_points {
-            let req = ReplayRequest { policies: policies.clone(), capacity, timeline_points, placements: true, threads: 2 };
+            let req =
+                ReplayRequest { policies: policies.clone(), capacity, timeline_points, placements: true, threads: 2, ..Default::default() };
             let whole = replay::replay(&loaded, &req).unwrap();
-            let streamed = replay::replay_mapped(&mapped, &req, &|s, c| allocreplay_core::registry::build(s, c), None).unwrap();
+            let streamed = replay::replay(&mapped, &req).unwrap();
             assert_eq!(tables(&whole), tables(&streamed), "{} capacity {capacity:?} points {timeline_points}", path.display());
             ooms += streamed.iter().filter(|r| r.replay.first_oom.is_some()).count();
         }
@@ -135,6 +136,6 @@ fn bad_files_are_errors_naming_the_file() {
     // The offline bounds need the whole trace.
     let mapped = MappedTrace::open(&path).unwrap();
     let req = ReplayRequest { policies: vec!["pytorch".into(), "offline".into()], ..Default::default() };
-    let e = replay::replay_mapped(&mapped, &req, &|s, c| allocreplay_core::registry::build(s, c), None).unwrap_err();
+    let e = replay::replay(&mapped, &req).unwrap_err();
     assert!(e.to_string().contains("offline"), "{e}");
 }

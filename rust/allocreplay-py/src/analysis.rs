@@ -1,7 +1,7 @@
-//! Bindings of `allocreplay.analysis`, `Trace.from_events`, the snapshot export and progress
-//! counting: the state of a policy at one event (allocations live, segments, blocks and holes,
-//! the history for export) as Arrow tables, a trace from Arrow record batches, and a replay
-//! that counts its progress into a counter Python polls while the GIL is released.
+//! Bindings of `allocreplay.analysis`, `Trace.from_events`, the snapshot export and a load that
+//! counts its progress: the state of a policy at one event (allocations live, segments, blocks
+//! and holes, the history for export) as Arrow tables, a trace from Arrow record batches, and a
+//! load counting into a `Progress` Python polls while the GIL is released.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use allocreplay_core::analysis::{self, At, StateRequest};
 use allocreplay_core::error::Error;
-use allocreplay_core::import::{self, ImportOptions, LoadProgress};
-use allocreplay_core::replay::{self as core_replay, ReplayRequest};
+use allocreplay_core::import::{self, ImportOptions};
 use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
 use arrow_array::RecordBatch;
 use arrow_array::RecordBatchReader;
@@ -19,34 +18,9 @@ use pyo3::types::PyCapsule;
 
 use crate::arrow::{PyTable, STREAM_NAME};
 use crate::errors::{guard, BindingResult};
-use crate::replay::PyReplayResult;
+use crate::progress::PyProgress;
 use crate::trace::PyTrace;
 use crate::units::CapacityArg;
-
-/// Work done so far by a replay (trace rows walked; `total` when it is done), read from any
-/// thread while the replay runs with the GIL released.
-#[pyclass(frozen, module = "allocreplay._core", name = "Progress")]
-pub(crate) struct PyProgress {
-    inner: Arc<LoadProgress>,
-}
-
-#[pymethods]
-impl PyProgress {
-    #[new]
-    fn new() -> Self {
-        PyProgress { inner: Arc::new(LoadProgress::default()) }
-    }
-
-    #[getter]
-    fn done(&self) -> u64 {
-        self.inner.done.load(Ordering::Relaxed)
-    }
-
-    #[getter]
-    fn total(&self) -> u64 {
-        self.inner.total.load(Ordering::Relaxed)
-    }
-}
 
 /// `load`, counting the bytes of the file read (decompressed) so far into `progress`.
 #[pyfunction]
@@ -66,68 +40,6 @@ fn load_progress(
     guard(|| {
         let t = crate::interrupt::detach(py, move || import::load_with_progress(&path, &opts, Some(&p)))?;
         Ok(PyTrace { inner: Arc::new(t) })
-    })
-}
-
-/// `replay` counting its progress into `progress` (see `allocreplay.progress`).
-#[pyfunction]
-#[pyo3(signature = (trace, policies, progress, capacity=None, timeline_points=2000, placements=true))]
-fn replay_progress(
-    py: Python<'_>,
-    trace: &PyTrace,
-    policies: Vec<String>,
-    progress: &PyProgress,
-    capacity: Option<CapacityArg>,
-    timeline_points: usize,
-    placements: bool,
-) -> BindingResult<PyReplayResult> {
-    let t = trace.inner.clone();
-    let p = progress.inner.clone();
-    guard(|| {
-        let capacity = capacity.map(|c| c.0);
-        let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
-        p.done.store(0, Ordering::Relaxed);
-        p.total.store(core_replay::progress_total(&t, &req), Ordering::Relaxed);
-        let batches = crate::interrupt::detach(py, move || {
-            core_replay::replay_with_progress(&t, &req, &allocreplay_core::registry::build, Some(&p.done))
-                .map(|runs| core_replay::result_tables(&runs))
-        })?;
-        Ok(PyReplayResult::new(py, batches)?)
-    })
-}
-
-/// `replay` of an `.arrow` file streamed batch by batch (`allocreplay_core::trace::MappedTrace`):
-/// memory is the policies' state and a record batch per replay running, not the trace's. Also
-/// returns the trace's `info` (from the same first pass). `progress` counts the rows replayed.
-#[pyfunction]
-#[pyo3(signature = (path, policies, progress=None, capacity=None, timeline_points=2000, placements=true))]
-fn replay_file(
-    py: Python<'_>,
-    path: PathBuf,
-    policies: Vec<String>,
-    progress: Option<&PyProgress>,
-    capacity: Option<CapacityArg>,
-    timeline_points: usize,
-    placements: bool,
-) -> BindingResult<(PyReplayResult, crate::info::TraceInfo)> {
-    let p = progress.map(|p| p.inner.clone());
-    guard(|| {
-        let capacity = capacity.map(|c| c.0);
-        let req = ReplayRequest { policies, capacity, timeline_points, placements, threads: 0 };
-        if let Some(p) = &p {
-            p.done.store(0, Ordering::Relaxed);
-            p.total.store(0, Ordering::Relaxed);
-        }
-        let (batches, info) = crate::interrupt::detach(py, move || -> allocreplay_core::error::Result<_> {
-            let trace = allocreplay_core::trace::MappedTrace::open(&path)?;
-            if let Some(p) = &p {
-                p.total.store(core_replay::progress_total_mapped(&trace, &req), Ordering::Relaxed);
-            }
-            let runs = core_replay::replay_mapped(&trace, &req, &allocreplay_core::registry::build, p.as_ref().map(|p| &p.done))?;
-            Ok((core_replay::result_tables(&runs), trace.info().clone()))
-        })?;
-        let result = PyReplayResult::new(py, batches)?;
-        Ok((result, crate::info::TraceInfo { inner: info }))
     })
 }
 
@@ -199,9 +111,6 @@ fn trace_from_arrow(py: Python<'_>, data: Bound<'_, PyAny>, origin: String, leni
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyProgress>()?;
-    m.add_function(wrap_pyfunction!(replay_progress, m)?)?;
-    m.add_function(wrap_pyfunction!(replay_file, m)?)?;
     m.add_function(wrap_pyfunction!(load_progress, m)?)?;
     m.add_function(wrap_pyfunction!(state_at, m)?)?;
     m.add_function(wrap_pyfunction!(trace_from_arrow, m)?)?;

@@ -13,6 +13,7 @@ mod errors;
 mod info;
 mod interrupt;
 mod plan;
+mod progress;
 mod registry;
 mod replay;
 mod trace;
@@ -35,6 +36,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace::load, m)?)?;
     m.add_function(wrap_pyfunction!(trace::info_file, m)?)?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(replay::replay_file, m)?)?;
+    m.add_class::<progress::PyProgress>()?;
     m.add_function(wrap_pyfunction!(validate::validate, m)?)?;
     m.add_function(wrap_pyfunction!(validate::validate_bfc, m)?)?;
     m.add_function(wrap_pyfunction!(plan::plan, m)?)?;

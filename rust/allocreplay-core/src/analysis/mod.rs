@@ -579,8 +579,9 @@ mod tests {
     #[test]
     fn progress_counts_every_row_of_every_replay_once() {
         use crate::engine::PROGRESS_EVERY;
-        use crate::replay::{progress_total, replay_with_progress, ReplayRequest};
-        use std::sync::atomic::{AtomicU64, Ordering};
+        use crate::replay::{replay, ReplayRequest, Source};
+        use std::sync::atomic::Ordering;
+        use std::sync::Arc;
         // Two devices, 2.5 progress chunks each: the chunk bumps and the remainder at the end.
         let n = PROGRESS_EVERY * 5 / 2;
         let mut b = TraceBuilder::with_capacity(2 * n);
@@ -595,11 +596,18 @@ mod tests {
             }
         }
         let t = b.finish(TraceMetadata::new("test"), FrameTable::default()).unwrap();
-        let req = ReplayRequest { policies: vec!["pytorch".into(), "bfc".into()], threads: 2, ..Default::default() };
-        let done = AtomicU64::new(0);
-        replay_with_progress(&t, &req, &|s, c| crate::registry::build(s, c), Some(&done)).unwrap();
+        let progress = Arc::new(crate::cancel::Progress::default());
+        let req = ReplayRequest {
+            policies: vec!["pytorch".into(), "bfc".into()],
+            threads: 2,
+            progress: Some(progress.clone()),
+            ..Default::default()
+        };
+        replay(&t, &req).unwrap();
         // 2 policies x 2 devices, each replay walking every row of the trace.
-        assert_eq!(progress_total(&t, &req), 4 * t.num_events() as u64);
-        assert_eq!(done.load(Ordering::Relaxed), progress_total(&t, &req));
+        let total = Source::from(&t).progress_total(&req);
+        assert_eq!(total, 4 * t.num_events() as u64);
+        assert_eq!(progress.total.load(Ordering::Relaxed), total);
+        assert_eq!(progress.done.load(Ordering::Relaxed), total);
     }
 }

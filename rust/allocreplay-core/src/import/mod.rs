@@ -8,8 +8,9 @@ pub mod xla;
 pub mod xplane;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
+use crate::cancel::Progress;
 use crate::error::{Error, Result};
 use crate::trace::Trace;
 
@@ -44,22 +45,14 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<Trace> {
     load_with_progress(path, opts, None)
 }
 
-/// How far a [`load_with_progress`] has read its file: `done` of `total` bytes (compressed
-/// bytes decompressed so far; the parse that follows is not counted).
-#[derive(Debug, Default)]
-pub struct LoadProgress {
-    pub done: AtomicU64,
-    pub total: AtomicU64,
-}
-
 /// [`load`], counting its progress into `progress` for a progress bar. The trace's semantics
 /// are checked (`trace::check`) once loaded.
-pub fn load_with_progress(path: &Path, opts: &ImportOptions, progress: Option<&LoadProgress>) -> Result<Trace> {
+pub fn load_with_progress(path: &Path, opts: &ImportOptions, progress: Option<&Progress>) -> Result<Trace> {
     let trace = load_unchecked(path, opts, progress)?;
     crate::trace::check::check_trace(trace, path, opts.lenient)
 }
 
-fn load_unchecked(path: &Path, opts: &ImportOptions, progress: Option<&LoadProgress>) -> Result<Trace> {
+fn load_unchecked(path: &Path, opts: &ImportOptions, progress: Option<&Progress>) -> Result<Trace> {
     if path.is_dir() {
         // An XLA dump directory (--xla_dump_to: the temps of every compiled program), or a
         // profiler log / run directory (plugins/profile/<run>/*.xplane.pb).

@@ -14,7 +14,7 @@
 //! is decoded, the schema, each batch's arrays) and makes one first pass over it: the events'
 //! semantics (`trace::check`, strict, with state O(live allocations)), the trace's `info`, and
 //! what a replay must know before its first event (largest allocation id, timeline requests per
-//! device). A replay (`replay::replay_mapped`) then streams the batches again per policy.
+//! device). A replay (`replay::replay`) then streams the batches again per policy.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
