@@ -94,10 +94,15 @@ def replay(
     summary's ``capacity_source`` says which (``--capacity``, ``recorded_cap``,
     ``device_total_minus_cuda_context``, ``device_total``, ``unlimited``).
 
+    ``placements`` (one row per allocation: where each request was placed) is built when the
+    result's ``placements`` is first read, by replaying the same request again (replays are
+    deterministic: it is the table this replay would have built), so a replay whose placements
+    are never read costs only its own pass; ``placements=False`` gives an empty table.
+
     Given the path of a large ``.arrow`` file (``STREAM_MIN_BYTES``), the file is streamed batch
     by batch rather than loaded: a trace of any length replays in the memory of the policies'
-    state (and of the placements table, one row per allocation: pass
-    ``placements=False`` on traces of tens of millions of events).
+    state. Its placements, read later, stream the file again (an error naming it if it changed
+    since).
     """
     specs = [policies] if isinstance(policies, str) else list(policies)
     if isinstance(timeline_points, bool) or not isinstance(timeline_points, int) or not 0 <= timeline_points < 2**32:

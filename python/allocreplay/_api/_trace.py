@@ -147,7 +147,8 @@ class ReplayResult:
     - ``summary``: one row per policy and device (peaks, device allocations, retries, OOMs...).
     - ``timeline``: allocated/reserved bytes over the events, downsampled.
     - ``segments``: the segments each policy holds at the end.
-    - ``placements``: where each request was placed.
+    - ``placements``: where each request was placed, built on first read by replaying the
+      request again (see :func:`allocreplay.replay`).
     """
 
     __slots__ = ("__dict__", "_inner")

@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use allocreplay_core::replay::{self as core_replay, ReplayRequest};
 use allocreplay_core::trace::MappedTrace;
+use allocreplay_core::trace::Trace;
+use arrow_array::RecordBatch;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 
 use crate::arrow::PyTable;
 use crate::errors::{guard, BindingResult};
@@ -14,7 +17,10 @@ use crate::progress::PyProgress;
 use crate::trace::PyTrace;
 use crate::units::CapacityArg;
 
-/// Results of a replay: four tables built in Rust.
+/// Results of a replay: four tables built in Rust. The placements table (one row per
+/// allocation, and a third of a replay's time where it was built with the others; issue 30) is
+/// built when it is first read, by replaying the same request again with placements on: replays
+/// are deterministic, so it is the table the first replay would have built.
 #[pyclass(frozen, module = "allocreplay._core", name = "ReplayResult")]
 pub struct PyReplayResult {
     #[pyo3(get)]
@@ -23,19 +29,75 @@ pub struct PyReplayResult {
     pub(crate) timeline: Py<PyTable>,
     #[pyo3(get)]
     pub(crate) segments: Py<PyTable>,
-    #[pyo3(get)]
-    pub(crate) placements: Py<PyTable>,
+    placements: PyOnceLock<Py<PyTable>>,
+    /// What replays again for the placements; `None` when the request asked for none (the
+    /// table is then the empty one, built with the others).
+    again: Option<Again>,
+}
+
+/// The source and request of a replay whose placements are still to be built.
+#[derive(Clone)]
+enum Again {
+    /// A trace held whole.
+    Memory(Arc<Trace>, ReplayRequest),
+    /// An `.arrow` file streamed again (an error if it changed since).
+    File(PathBuf, ReplayRequest),
+}
+
+impl Again {
+    /// The placements table of the request's replay.
+    fn placements(self) -> allocreplay_core::error::Result<RecordBatch> {
+        let runs = match self {
+            Again::Memory(t, req) => core_replay::replay(&*t, &req.with_placements())?,
+            Again::File(path, req) => core_replay::replay(&MappedTrace::open(&path)?, &req.with_placements())?,
+        };
+        Ok(core_replay::placements_batch(&runs))
+    }
+}
+
+/// A request that builds the placements table and nothing it can skip.
+trait WithPlacements {
+    fn with_placements(self) -> Self;
+}
+
+impl WithPlacements for ReplayRequest {
+    fn with_placements(self) -> Self {
+        ReplayRequest { placements: true, timeline_points: 1, progress: None, ..self }
+    }
 }
 
 impl PyReplayResult {
-    /// The Python result of a replay's tables (`replay::result_tables`): every binding that
-    /// replays returns it so.
-    pub(crate) fn new(py: Python<'_>, t: core_replay::ResultTables) -> PyResult<Self> {
+    /// The Python result of a replay's tables (`replay::result_tables`), with the placements
+    /// to build on first read from `again` when the request asked for them (see the type).
+    fn new(py: Python<'_>, t: core_replay::ResultTables, again: Option<Again>) -> PyResult<Self> {
+        let placements = PyOnceLock::new();
+        if again.is_none() {
+            placements.get_or_try_init(py, || PyTable::new(py, t.placements))?;
+        }
         Ok(PyReplayResult {
             summary: PyTable::new(py, t.summary)?,
             timeline: PyTable::new(py, t.timeline)?,
             segments: PyTable::new(py, t.segments)?,
-            placements: PyTable::new(py, t.placements)?,
+            placements,
+            again,
+        })
+    }
+}
+
+#[pymethods]
+impl PyReplayResult {
+    /// Where each request was placed: built on first read (see the type).
+    #[getter]
+    fn placements(&self, py: Python<'_>) -> BindingResult<Py<PyTable>> {
+        if let Some(t) = self.placements.get(py) {
+            return Ok(t.clone_ref(py));
+        }
+        let again = self.again.clone().expect("set when the request asked for no placements");
+        guard(|| {
+            // Two threads reading it at once both replay; the first table stored is kept.
+            let batch = crate::interrupt::detach(py, move || again.placements())?;
+            let table = self.placements.get_or_try_init(py, || PyTable::new(py, batch))?;
+            Ok(table.clone_ref(py))
         })
     }
 }
@@ -55,10 +117,11 @@ pub fn replay(
     progress: Option<&PyProgress>,
 ) -> BindingResult<PyReplayResult> {
     let t = Arc::clone(&trace.inner);
-    let req = request(policies, capacity, timeline_points, placements, progress);
+    let req = request(policies, capacity, timeline_points, progress);
+    let again = placements.then(|| Again::Memory(Arc::clone(&t), req.clone()));
     guard(|| {
         let tables = crate::interrupt::detach(py, move || core_replay::replay(&*t, &req).map(|runs| core_replay::result_tables(&runs)))?;
-        Ok(PyReplayResult::new(py, tables)?)
+        Ok(PyReplayResult::new(py, tables, again)?)
     })
 }
 
@@ -76,7 +139,8 @@ pub fn replay_file(
     placements: bool,
     progress: Option<&PyProgress>,
 ) -> BindingResult<(PyReplayResult, crate::info::TraceInfo)> {
-    let req = request(policies, capacity, timeline_points, placements, progress);
+    let req = request(policies, capacity, timeline_points, progress);
+    let again = placements.then(|| Again::File(path.clone(), req.clone()));
     if let Some(p) = &req.progress {
         // Opening the file reads it once; the bar starts when the replays do.
         p.start(0);
@@ -87,7 +151,7 @@ pub fn replay_file(
             let runs = core_replay::replay(&trace, &req)?;
             Ok((core_replay::result_tables(&runs), trace.info().clone()))
         })?;
-        Ok((PyReplayResult::new(py, tables)?, crate::info::TraceInfo { inner: info }))
+        Ok((PyReplayResult::new(py, tables, again)?, crate::info::TraceInfo { inner: info }))
     })
 }
 
@@ -95,14 +159,14 @@ fn request(
     policies: Vec<String>,
     capacity: Option<CapacityArg>,
     timeline_points: usize,
-    placements: bool,
     progress: Option<&PyProgress>,
 ) -> ReplayRequest {
+    // The placements are built when first read (`PyReplayResult`), not with the other tables.
     ReplayRequest {
         policies,
         capacity: capacity.map(|c| c.0),
         timeline_points,
-        placements,
+        placements: false,
         progress: progress.map(|p| Arc::clone(&p.inner)),
         ..Default::default()
     }
