@@ -1,0 +1,461 @@
+//! `GlobalDecreasingSizeBestFitHeap::Finish` in one order ([`Planner`], [`plan_with`]) and
+//! `ChooseBestHeapAlgorithm` over kSpatial and kTemporal ([`plan`], [`plan_heap_size`]).
+
+use super::chunk::{Chunk, Compact, Wide};
+use super::free_chunks::{best_fit, FreeChunkWalk};
+use super::layout::{DoesNotFit, Layout, Placed, SlotInfo, AHEAD};
+use super::query::{prefetch, Scratch};
+use super::{BufferInterval, HeapPlan, Strategy, CANCEL_EVERY, MAX_HEAP};
+use crate::huge_pages;
+
+/// `ChooseBestHeapAlgorithm` over kSpatial and kTemporal, as
+/// `BufferAssigner::AssignBuffersWithSequentialOrdering`'s `get_heap_algorithm` builds it:
+/// the smaller heap wins, kSpatial on a tie (it is listed first).
+///
+/// The two orders share nothing they write: with more than one core and enough intervals to
+/// be worth a thread, kTemporal runs on a second thread while kSpatial runs on this one (the
+/// result is the same either way). On one thread kTemporal runs second and stops once its heap
+/// reaches kSpatial's, where it can no longer win.
+pub fn plan(intervals: &[BufferInterval], alignment: i64) -> HeapPlan {
+    choose_best(intervals, alignment, true, None)
+}
+
+/// [`plan`]'s heap size and order only (`offsets` and `chunk_sizes` left empty): what the
+/// `offline` bound reports, without writing an offset per interval.
+///
+/// `max_live_bytes`: the peak of the intervals' live bytes ([`HeapBuilder::max_live_bytes`]
+/// of the builder that made them), a lower bound of any heap of intervals without
+/// colocations. On one core, a kSpatial heap that reaches it is the answer without kTemporal:
+/// kTemporal cannot be smaller, and kSpatial wins a tie.
+///
+/// [`HeapBuilder::max_live_bytes`]: super::HeapBuilder::max_live_bytes
+pub fn plan_heap_size(intervals: &[BufferInterval], alignment: i64, max_live_bytes: i64) -> (Strategy, i64) {
+    let p = choose_best(intervals, alignment, false, Some(max_live_bytes));
+    (p.strategy, p.heap_size)
+}
+
+fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_live_bytes: Option<i64>) -> HeapPlan {
+    let parallel = intervals.len() >= PARALLEL_FROM && std::thread::available_parallelism().is_ok_and(|p| p.get() > 1);
+    let (spatial, temporal) = if parallel {
+        // kSpatial takes longer: its keys are sorted on the second thread while this one lays
+        // out the overlap structure, and kTemporal then runs there.
+        // The second thread runs under the caller's cancellation token (`crate::cancel`).
+        let token = crate::cancel::current();
+        let token = token.as_ref();
+        let (planner, spatial_keys) = std::thread::scope(|s| {
+            let keys = s.spawn(|| packed_order(intervals, Strategy::Spatial));
+            (Planner::new(intervals, alignment), join(keys))
+        });
+        std::thread::scope(|s| {
+            let temporal = s.spawn(|| crate::cancel::within(token, || planner.run(Strategy::Temporal, offsets)));
+            let spatial = planner.run_in(planner.order(Strategy::Spatial, spatial_keys), offsets);
+            (spatial, join(temporal))
+        })
+    } else {
+        let planner = Planner::new(intervals, alignment);
+        let spatial = planner.run(Strategy::Spatial, offsets);
+        // The live bytes bound every heap only when no chunk is shared (NoFragmentationStatsHeap
+        // counts a ShareWith as an allocation of its own).
+        if let Some(bound) = max_live_bytes.filter(|_| planner.colo.is_empty()) {
+            debug_assert!(spatial.heap_size >= bound || crate::cancel::requested(), "a heap below the live bytes");
+            if spatial.heap_size <= bound {
+                return spatial;
+            }
+        }
+        // kTemporal wins only with a smaller heap: it stops once its heap reaches kSpatial's
+        // (on the generate captures, about two thirds of the way through its placements).
+        match planner.run_below(Strategy::Temporal, offsets, spatial.heap_size) {
+            Some(temporal) => (spatial, temporal),
+            None => return spatial,
+        }
+    };
+    if temporal.heap_size < spatial.heap_size {
+        temporal
+    } else {
+        spatial
+    }
+}
+
+/// A scoped thread's result (its panic carried on).
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
+/// Intervals from which [`plan`] runs its two orders on two threads (below, a thread costs
+/// more than it saves).
+const PARALLEL_FROM: usize = 20_000;
+
+/// One strategy only (`GlobalDecreasingSizeBestFitHeap::Finish`).
+pub fn plan_with(intervals: &[BufferInterval], alignment: i64, strategy: Strategy) -> HeapPlan {
+    Planner::new(intervals, alignment).run(strategy, true)
+}
+
+/// What both orders share: the intervals' transitive colocations and the layout of the
+/// overlap structure. Each [`Planner::run`] fills a [`Placed`] of its own.
+struct Planner<'a> {
+    iv: &'a [BufferInterval],
+    alignment: i64,
+    /// Transitive colocations of each canonical interval (`GetTransitiveColocations`),
+    /// flattened: `colo[colo_start[i]..colo_start[i+1]]`. These and the three below are
+    /// empty when no interval has colocations (a trace's never do).
+    colo_start: Vec<u32>,
+    colo: Vec<u32>,
+    /// Per interval: min colocation start, max colocation end, max colocation size (read
+    /// through the methods of the same names).
+    min_start: Vec<i64>,
+    max_end: Vec<i64>,
+    max_size: Vec<i64>,
+    layout: Layout,
+}
+
+impl<'a> Planner<'a> {
+    fn new(iv: &'a [BufferInterval], alignment: i64) -> Self {
+        Self::with_layout(iv, alignment, None)
+    }
+
+    /// `block_window`: force [`Layout`]'s block and window (tests use tiny ones).
+    fn with_layout(iv: &'a [BufferInterval], alignment: i64, block_window: Option<(usize, usize)>) -> Self {
+        let layout = Layout::new(iv, alignment.max(1), block_window);
+        if iv.iter().all(|x| x.colocations.is_empty()) {
+            // Each interval is its own group: nothing to gather (the accessors read the
+            // interval).
+            let (colo_start, colo) = (Vec::new(), Vec::new());
+            let (min_start, max_end, max_size) = (Vec::new(), Vec::new(), Vec::new());
+            return Planner { iv, alignment: alignment.max(1), colo_start, colo, min_start, max_end, max_size, layout };
+        }
+        let n = iv.len();
+        let mut colo_start = Vec::with_capacity(n + 1);
+        let mut colo = Vec::new();
+        let (mut min_start, mut max_end, mut max_size) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let mut stack: Vec<u32> = Vec::new();
+        let mut seen: Vec<u32> = vec![u32::MAX; n];
+        for (i, x) in iv.iter().enumerate() {
+            colo_start.push(colo.len() as u32);
+            let (mut lo, mut hi, mut sz) = (x.start, x.end, x.size);
+            // GetTransitiveColocations: worklist over colocations of colocations.
+            stack.clear();
+            stack.push(i as u32);
+            while let Some(item) = stack.pop() {
+                for &c in iv[item as usize].colocations.iter() {
+                    if seen[c as usize] != i as u32 {
+                        seen[c as usize] = i as u32;
+                        colo.push(c);
+                        stack.push(c);
+                        let ci = &iv[c as usize];
+                        lo = lo.min(ci.start);
+                        hi = hi.max(ci.end);
+                        sz = sz.max(ci.size);
+                    }
+                }
+            }
+            min_start.push(lo);
+            max_end.push(hi);
+            max_size.push(sz);
+        }
+        colo_start.push(colo.len() as u32);
+        Planner { iv, alignment: alignment.max(1), colo_start, colo, min_start, max_end, max_size, layout }
+    }
+
+    fn colocations(&self, i: usize) -> &[u32] {
+        if self.colo.is_empty() {
+            return &[];
+        }
+        &self.colo[self.colo_start[i] as usize..self.colo_start[i + 1] as usize]
+    }
+
+    /// The earliest start of interval `i`'s colocation group.
+    fn min_start(&self, i: usize) -> i64 {
+        self.min_start.get(i).copied().unwrap_or(self.iv[i].start)
+    }
+
+    /// The latest end of interval `i`'s colocation group.
+    fn max_end(&self, i: usize) -> i64 {
+        self.max_end.get(i).copied().unwrap_or(self.iv[i].end)
+    }
+
+    /// The largest size in interval `i`'s colocation group.
+    fn max_size(&self, i: usize) -> i64 {
+        self.max_size.get(i).copied().unwrap_or(self.iv[i].size)
+    }
+
+    /// One order's plan; `offsets`: whether to return each interval's offset and chunk size.
+    fn run(&self, strategy: Strategy, offsets: bool) -> HeapPlan {
+        self.run_below(strategy, offsets, i64::MAX).expect("no heap reaches i64::MAX")
+    }
+
+    /// [`Planner::run`], given up (`None`) as soon as the heap reaches `stop_at`: a plan that
+    /// only wins with a smaller heap than one already made is not worth finishing.
+    fn run_below(&self, strategy: Strategy, offsets: bool, stop_at: i64) -> Option<HeapPlan> {
+        self.run_in_below(self.order(strategy, packed_order(self.iv, strategy)), offsets, stop_at)
+    }
+
+    /// The order `strategy` places in: its packed keys when [`packed_order`] gave them.
+    fn order(&self, strategy: Strategy, packed: Option<Vec<u128>>) -> Order {
+        match packed {
+            Some(keys) => Order::Packed { keys, strategy },
+            None => Order::Listed(self.sorted_jobs(strategy), strategy),
+        }
+    }
+
+    /// The plan of placing in `order`.
+    fn run_in(&self, order: Order, offsets: bool) -> HeapPlan {
+        self.run_in_below(order, offsets, i64::MAX).expect("no heap reaches i64::MAX")
+    }
+
+    /// The plan of placing in `order`, or `None` once the heap reaches `stop_at`.
+    fn run_in_below(&self, order: Order, offsets: bool, stop_at: i64) -> Option<HeapPlan> {
+        if self.layout.compact_slots() {
+            if let Ok(plan) = self.place::<Compact>(&order, offsets, stop_at) {
+                return plan;
+            }
+        }
+        self.place::<Wide>(&order, offsets, stop_at).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
+    }
+
+    /// `GetSortedBufferIntervals` + `buffer_interval_compare_`: what each placement reads of its
+    /// interval, in placement order.
+    fn sorted_jobs(&self, strategy: Strategy) -> Vec<Job> {
+        let iv = self.iv;
+        // The keys gathered first: the sort then reads no interval.
+        let mut keyed: Vec<(i64, i64, u64, u32)> = (0..iv.len())
+            .filter(|&i| iv[i].need_allocation)
+            .map(|i| {
+                let x = &iv[i];
+                match strategy {
+                    Strategy::Spatial => (-x.size, x.start - x.end, x.key, i as u32),
+                    Strategy::Temporal => (self.min_start(i) - self.max_end(i), -x.size, x.key, i as u32),
+                }
+            })
+            .collect();
+        if crate::cancel::requested() {
+            // Cancelled (`crate::cancel`): nothing will be placed; no sort.
+            return Vec::new();
+        }
+        keyed.sort_unstable();
+        // In sorted order the intervals are read at random: each one's fields are asked for a
+        // few ahead.
+        (0..keyed.len())
+            .map(|t| {
+                if let Some(&(_, _, _, later)) = keyed.get(t + 16) {
+                    let later = later as usize;
+                    prefetch(std::slice::from_ref(&iv[later]));
+                    if let Some(m) = self.max_size.get(later) {
+                        prefetch(std::slice::from_ref(m));
+                    }
+                    prefetch(std::slice::from_ref(&self.layout.at[later]));
+                }
+                self.job(keyed[t].3 as usize)
+            })
+            .collect()
+    }
+
+    fn job(&self, i: usize) -> Job {
+        Job {
+            i: i as u32,
+            size: self.iv[i].size,
+            max_colocation_size: self.max_size(i),
+            at: self.layout.at[i],
+            colocated: !self.colocations(i).is_empty(),
+        }
+    }
+
+    /// Places the intervals in `order` with list entries of type `C`; `offsets`: whether to
+    /// keep each one's offset and chunk size (colocations need them anyway). `Ok(None)`: the
+    /// heap reached `stop_at` (placing stopped there).
+    fn place<C: Chunk>(&self, order: &Order, offsets: bool, stop_at: i64) -> Result<Option<HeapPlan>, DoesNotFit> {
+        let at = &self.layout.at[..];
+        let n = if offsets || !self.colo.is_empty() { self.iv.len() } else { 0 };
+        if crate::cancel::requested() {
+            // Cancelled (`crate::cancel`) before placing anything: an empty plan of the right
+            // shape (zeroed pages, never written), which the callers drop (they check the
+            // token once the plan returns).
+            return Ok(Some(HeapPlan { strategy: order.strategy(), heap_size: 0, offsets: vec![0; n], chunk_sizes: vec![0; n] }));
+        }
+        let mut placed = Placed::<C>::new(&self.layout);
+        let mut scratch = Scratch::default();
+        let (mut offsets, mut chunk_sizes) = (huge_pages::filled(n, 0i64), huge_pages::filled(n, 0i64));
+        // Only colocations can be placed twice (intervals not built by `HeapBuilder`).
+        let mut done = vec![false; if self.colo.is_empty() { 0 } else { n }];
+        let mut heap_size = 0i64;
+        let len = order.len();
+        for t in 0..len {
+            // Cancelled (`crate::cancel`): the plan so far, which the callers drop (they check
+            // the token once the plan returns). Looked at often: a placement can take
+            // milliseconds (the first, largest intervals of kSpatial overlap most others).
+            if t % CANCEL_EVERY == 0 && t > 0 && crate::cancel::requested() {
+                break;
+            }
+            // In placement order the intervals are read at random: their slots are asked for
+            // well ahead.
+            if t + 2 * AHEAD < len {
+                prefetch(std::slice::from_ref(&at[order.interval(t + 2 * AHEAD)]));
+            }
+            // The lists the next placement reads, on their way into the cache while this one
+            // runs (most of the time goes to waiting for them otherwise).
+            if t + 1 < len {
+                self.layout.prefetch(&placed, at[order.interval(t + 1)]);
+            }
+            // Further ahead, what finding those lists reads: the placements jump in time, so
+            // each one's list bounds and union headers are elsewhere in memory.
+            if t + AHEAD < len {
+                let later = order.interval(t + AHEAD);
+                self.layout.prefetch_heads(&placed, at[later]);
+                if n > 0 {
+                    prefetch(std::slice::from_ref(&offsets[later]));
+                    prefetch(std::slice::from_ref(&chunk_sizes[later]));
+                }
+            }
+            let job = &order.job(t, at);
+            let i = job.i as usize;
+            let max_colocation_size = job.max_colocation_size;
+            let offset = self.find_chunk_candidate(&mut placed, &mut scratch, job);
+            // CommitChunkAndInterval: the chunk of the largest colocation, for all of them.
+            heap_size = heap_size.max(offset + max_colocation_size);
+            if heap_size >= stop_at {
+                return Ok(None);
+            }
+            if heap_size > MAX_HEAP {
+                // Beyond what 64-bit offsets plan safely (each placement adds less than
+                // 2^56 + the alignment: nothing has overflowed yet). The plan stops here; its
+                // callers refuse a heap above `MAX_HEAP` (`offline::MAX_PLANNED_BYTES`).
+                break;
+            }
+            let colocations = if job.colocated { self.colocations(i) } else { &[] };
+            for c in std::iter::once(i).chain(colocations.iter().map(|&c| c as usize)) {
+                if !done.is_empty() {
+                    if done[c] {
+                        // Placed again: the new chunk replaces the old one, as in upstream's
+                        // tree node.
+                        self.layout.remove(&mut placed, c, offsets[c], offsets[c].saturating_add(chunk_sizes[c]));
+                    }
+                    done[c] = true;
+                }
+                if n > 0 {
+                    offsets[c] = offset;
+                    chunk_sizes[c] = max_colocation_size;
+                }
+                let a = if c == i { job.at } else { self.layout.at[c] };
+                self.layout.add(&mut placed, a, offset, max_colocation_size)?;
+            }
+        }
+        Ok(Some(HeapPlan { strategy: order.strategy(), heap_size, offsets, chunk_sizes }))
+    }
+
+    /// `MakeFreeChunksList` + `FindUnslicedChunkCandidates` (kBestFit, no preferred offset):
+    /// the used chunks of the placed intervals overlapping `i` (and its colocations) in time,
+    /// by offset, walked once; each free chunk is judged as found (by increasing offset, the
+    /// open end last), keeping the first smallest that fits.
+    fn find_chunk_candidate<C: Chunk>(&self, placed: &mut Placed<C>, scratch: &mut Scratch, job: &Job) -> i64 {
+        let (size, max_colocation_size) = (job.size, job.max_colocation_size);
+        if !job.colocated && size >= 1 && max_colocation_size >= size && self.alignment & (self.alignment - 1) == 0 {
+            // The common case: the chunks come sorted from the overlap structure.
+            let walk = FreeChunkWalk::new(size, max_colocation_size, self.alignment);
+            return self.layout.best_fit(placed, job.at, walk, scratch);
+        }
+        // Colocated intervals (XLA's in-place users), or sizes / alignments the walk's
+        // shortcuts don't cover: collect the chunks of every member's lifetime and sort them.
+        let buf = &mut scratch.buf;
+        buf.clear();
+        let mut push = |o: i64, e: i64| buf.push((o, e));
+        self.layout.overlapping(placed, job.at, &mut push);
+        for &c in self.colocations(job.i as usize) {
+            self.layout.overlapping(placed, self.layout.at[c as usize], &mut push);
+        }
+        buf.sort_unstable();
+        best_fit(buf.iter().copied(), size, max_colocation_size, self.alignment)
+    }
+}
+
+/// [`Planner::sorted_jobs`] for the common case, faster: no colocations and keys that rise
+/// with the interval index (a trace's allocation ids do), so that ties on the key are
+/// ties on the index. Each order's comparison is then one `u128` (kSpatial: size desc,
+/// duration desc, index; kTemporal: duration desc, size desc, index), from which a
+/// placement takes its interval and size ([`Order::Packed`]). `None` when the case does
+/// not hold (or the values do not fit the packing).
+fn packed_order(iv: &[BufferInterval], strategy: Strategy) -> Option<Vec<u128>> {
+    if iv.len() > u32::MAX as usize {
+        return None;
+    }
+    let mut packed: Vec<u128> = huge_pages::with_capacity(iv.len());
+    let mut last_key = None;
+    for (i, x) in iv.iter().enumerate() {
+        if !x.need_allocation || !x.colocations.is_empty() || last_key.is_some_and(|k| k >= x.key) || x.size < 1 {
+            return None;
+        }
+        last_key = Some(x.key);
+        let duration = u32::try_from(x.end - x.start).ok()?;
+        let (size, i) = (x.size as u64, i as u128);
+        packed.push(match strategy {
+            Strategy::Spatial => (u128::from(!size) << 64) | (u128::from(!duration) << 32) | i,
+            Strategy::Temporal => (u128::from(!duration) << 96) | (u128::from(!size) << 32) | i,
+        });
+    }
+    if crate::cancel::requested() {
+        // Cancelled (`crate::cancel`): nothing will be placed; no sort.
+        return Some(Vec::new());
+    }
+    packed.sort_unstable();
+    Some(packed)
+}
+
+/// The intervals to place, in order.
+enum Order {
+    /// Each placement's [`Job`] gathered.
+    Listed(Vec<Job>, Strategy),
+    /// [`packed_order`]'s keys: a job is its key's interval and size, and the
+    /// interval's slots (no colocations).
+    Packed { keys: Vec<u128>, strategy: Strategy },
+}
+
+impl Order {
+    fn strategy(&self) -> Strategy {
+        match self {
+            Order::Listed(_, strategy) | Order::Packed { strategy, .. } => *strategy,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Order::Listed(jobs, _) => jobs.len(),
+            Order::Packed { keys, .. } => keys.len(),
+        }
+    }
+
+    /// The interval placed `t`-th.
+    #[inline]
+    fn interval(&self, t: usize) -> usize {
+        match self {
+            Order::Listed(jobs, _) => jobs[t].i as usize,
+            Order::Packed { keys, .. } => keys[t] as u32 as usize,
+        }
+    }
+
+    #[inline]
+    fn job(&self, t: usize, at: &[SlotInfo]) -> Job {
+        match self {
+            Order::Listed(jobs, _) => jobs[t],
+            Order::Packed { keys, strategy } => {
+                let k = keys[t];
+                let size = match strategy {
+                    Strategy::Spatial => !((k >> 64) as u64),
+                    Strategy::Temporal => !((k >> 32) as u64),
+                } as i64;
+                let i = k as u32;
+                Job { i, size, max_colocation_size: size, at: at[i as usize], colocated: false }
+            }
+        }
+    }
+}
+
+/// One placement's view of its interval (gathered in placement order).
+#[derive(Clone, Copy)]
+struct Job {
+    i: u32,
+    size: i64,
+    max_colocation_size: i64,
+    at: SlotInfo,
+    colocated: bool,
+}
+
+#[cfg(test)]
+mod tests;
