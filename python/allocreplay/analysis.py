@@ -437,7 +437,10 @@ def compare(trace: Trace, result: ReplayResult) -> pl.DataFrame:
     ``peak_allocated_bytes``, ``efficiency`` (peak allocated / peak reserved: the share of the
     reserved peak that held data; null for a zero peak), ``device_calls`` (device allocations
     + frees: cudaMalloc/cudaFree, maps/unmaps), ``num_alloc_retries``, ``num_ooms``, ``oom``
-    (true: the policy failed a request; null: it could not run), ``first_oom_event``,
+    (true: the policy failed a request; null: it could not run), ``fits`` (no OOM, and the high
+    end of the peak's range within the limit: for ``cuda-async``, whose real peak varies from run
+    to run, ``peak_reserved_low_bytes`` – ``peak_reserved_high_bytes``; the replay's peak for
+    the others), ``first_oom_event``,
     ``first_oom_requested_bytes``, ``first_oom_call_site``, ``capacity_bytes``,
     ``capacity_source`` (see :func:`limits`), ``error`` (why the policy could not run; null
     when it ran)."""
@@ -452,8 +455,9 @@ def compare(trace: Trace, result: ReplayResult) -> pl.DataFrame:
             device_calls=pl.col("num_device_alloc") + pl.col("num_device_free"),
             oom=pl.when(pl.col("error").is_null()).then(pl.col("num_ooms") > 0),
             _failed=pl.col("error").is_not_null(),
+            _unfit=~pl.col("fits"),
         )
-        .sort(["device", "_failed", "oom", "peak_reserved_bytes", "device_calls", "policy"], nulls_last=True)
+        .sort(["device", "_failed", "oom", "_unfit", "peak_reserved_bytes", "device_calls", "policy"], nulls_last=True)
         .with_columns(rank=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32).over("device"))
     )
     return out.select(
@@ -467,6 +471,9 @@ def compare(trace: Trace, result: ReplayResult) -> pl.DataFrame:
         "num_alloc_retries",
         "num_ooms",
         "oom",
+        "fits",
+        "peak_reserved_low_bytes",
+        "peak_reserved_high_bytes",
         "first_oom_event",
         "first_oom_requested_bytes",
         "first_oom_call_site",

@@ -298,7 +298,13 @@ def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: st
             )
     ranked = analysis.compare(trace, result)
     ranked = ranked.with_columns(
-        oom=pl.when(pl.col("error").is_not_null()).then(pl.lit("cannot run")).when(pl.col("oom")).then(pl.lit("OOM")).otherwise(pl.lit("fits"))
+        oom=pl.when(pl.col("error").is_not_null())
+        .then(pl.lit("cannot run"))
+        .when(pl.col("oom"))
+        .then(pl.lit("OOM"))
+        .when(~pl.col("fits"))
+        .then(pl.lit("may OOM (range's high end over the limit)"))
+        .otherwise(pl.lit("fits"))
     )
     if ranked["error"].null_count() == ranked.height:
         ranked = ranked.drop("error")

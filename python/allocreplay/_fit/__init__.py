@@ -163,6 +163,7 @@ def _evaluate(cand: Candidate, specs: Sequence[str], capacity: int, tuned: bool)
             "peak_allocated_bytes": best["peak_allocated_bytes"],
             "num_alloc_retries": best["num_alloc_retries"],
             "num_ooms": best["num_ooms"],
+            "fits": best["fits"],
             "error": best["error"],
         }
         rows.append(_row(cand, TUNED, best["policy"], r, capacity))
@@ -172,7 +173,9 @@ def _evaluate(cand: Candidate, specs: Sequence[str], capacity: int, tuned: bool)
 def _row(cand: Candidate, setting: str, spec: str, r: Mapping[str, Any], capacity: int) -> dict[str, Any]:
     error = r.get("error")
     peak = r.get("peak_reserved_bytes")
-    fits = error is None and peak is not None and (r.get("num_ooms") or 0) == 0
+    # The summary's `fits`: no OOM, and for cuda-async the high end of its peak's range within
+    # the limit (issue 29); a row without it (an older summary) falls back to the OOM count.
+    fits = error is None and peak is not None and (r.get("num_ooms") or 0) == 0 and r.get("fits", True) is not False
     return {
         **cand.values,
         "setting": setting,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import IO
+from typing import IO, Any
 
 import click
 
@@ -21,6 +21,28 @@ CAPACITY_SOURCES = analysis.CAPACITY_SOURCES
 
 def gib(n: int | None) -> str:
     return "-" if n is None else _api.format_bytes(int(n))
+
+
+def peak_range(r: dict[str, Any]) -> str:
+    """A summary row's peak reserved, with the range real runs land in where the policy's real
+    peak varies from run to run (``cuda-async``: ``peak_reserved_low_bytes`` –
+    ``peak_reserved_high_bytes``)."""
+    peak, low, high = r["peak_reserved_bytes"], r.get("peak_reserved_low_bytes"), r.get("peak_reserved_high_bytes")
+    if peak is None or low is None or high is None or low == high == peak:
+        return gib(peak)
+    return f"{gib(peak)} ({gib(low)} – {gib(high)})"
+
+
+RANGE_NOTE = (
+    "cuda-async: the real driver's peak varies from run to run; the range in brackets is where real runs "
+    "land around the replay (calibrated on 17 workloads' real runs, docs/cuda-async-band.md), and 'fits' "
+    "is judged at its high end"
+)
+
+
+def has_range(rows: Any) -> bool:
+    """Whether any summary row gives a range (see :func:`peak_range`)."""
+    return any(r.get("peak_reserved_low_bytes") != r.get("peak_reserved_high_bytes") for r in rows)
 
 
 def progress_bar(label: str, quiet: bool = False) -> Bar:

@@ -7,7 +7,7 @@ import json
 import click
 
 from allocreplay import analysis
-from allocreplay.cli._common import CAPACITY_SOURCES, gib, replayed, table
+from allocreplay.cli._common import CAPACITY_SOURCES, RANGE_NOTE, gib, has_range, peak_range, replayed, table
 from allocreplay.cli._options import capacity_option, meta_option, policies_option, quiet_option
 
 
@@ -47,12 +47,12 @@ def compare_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_
                 str(r["rank"]),
                 r["policy"],
                 str(r["device"]),
-                gib(r["peak_reserved_bytes"]),
+                peak_range(r),
                 gib(r["peak_allocated_bytes"]),
                 "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}",
                 f"{r['device_calls']:,}",
                 f"{r['num_alloc_retries']:,}",
-                "OOM" if r["oom"] else "fits",
+                "OOM" if r["oom"] else ("may OOM" if not r["fits"] else "fits"),
                 oom,
                 *([""] if failed else []),
             ]
@@ -64,3 +64,5 @@ def compare_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_
     click.echo(f"{trace}: capacity {caps}")
     # Names and the OOM's call site read better left-aligned, numbers right-aligned.
     click.echo(table(rows, header, text_columns=(0, 1, 8, 9, 10) if failed else (0, 1, 8, 9)))
+    if has_range(ranked.iter_rows(named=True)):
+        click.echo(RANGE_NOTE)

@@ -8,7 +8,21 @@ import os
 import click
 
 from allocreplay import _api
-from allocreplay.cli._common import CAPACITY_SOURCES, check_capacity, check_output, count, gib, load_trace, one_stdout, sidecar, table, write_binary
+from allocreplay.cli._common import (
+    CAPACITY_SOURCES,
+    RANGE_NOTE,
+    check_capacity,
+    check_output,
+    count,
+    gib,
+    has_range,
+    load_trace,
+    one_stdout,
+    peak_range,
+    sidecar,
+    table,
+    write_binary,
+)
 from allocreplay.cli._options import OUT_PATH, TRACE_PATH, allocator_option, capacity_option, lenient_option, meta_option, policies_option, quiet_option
 from allocreplay.progress import replay as _replay_progress
 from allocreplay.progress import replay_file as _replay_file_progress
@@ -98,7 +112,7 @@ def replay_cmd(
             r["policy"],
             str(r["device"]),
             gib(r["peak_allocated_bytes"]),
-            gib(r["peak_reserved_bytes"]),
+            peak_range(r),
             count(r["num_device_alloc"]),
             count(r["num_alloc_retries"]),
             count(r["num_ooms"]),
@@ -120,4 +134,6 @@ def replay_cmd(
         for row, r in zip(rows, summary.iter_rows(named=True)):
             row.append(" ".join((r["error"] or "").split()))
     report.append(table(rows, header, text_columns))
+    if has_range(summary.iter_rows(named=True)):
+        report.append(RANGE_NOTE)
     click.echo("\n".join(report), err=stdout_taken)

@@ -204,6 +204,7 @@ pub static BFC: PolicyEntry = PolicyEntry {
     search_excludes: &[],
     max_capacity: crate::device::memory::MAX_DEVICE_MEMORY,
     max_capacity_why: "what its modelled CUDA address space holds",
+    peak_band: None,
 };
 
 /// `tf[:OPTIONS]`.
@@ -221,6 +222,7 @@ pub static TF: PolicyEntry = PolicyEntry {
     search_excludes: &[],
     max_capacity: crate::device::memory::MAX_DEVICE_MEMORY,
     max_capacity_why: "what its modelled CUDA address space holds",
+    peak_band: None,
 };
 
 /// `jax[:OPTIONS]`.
@@ -238,6 +240,7 @@ pub static JAX: PolicyEntry = PolicyEntry {
     search_excludes: &[],
     max_capacity: crate::device::memory::MAX_DEVICE_MEMORY,
     max_capacity_why: "what its modelled CUDA address space holds",
+    peak_band: None,
 };
 
 /// `bfc[:OPTIONS]`.

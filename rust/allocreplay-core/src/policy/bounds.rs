@@ -28,6 +28,7 @@ pub static IDEAL: PolicyEntry = PolicyEntry {
     search_excludes: &[],
     max_capacity: crate::units::MAX_CAPACITY,
     max_capacity_why: "the largest device memory it models",
+    peak_band: None,
 };
 
 pub static OFFLINE: PolicyEntry = PolicyEntry {
@@ -44,6 +45,7 @@ pub static OFFLINE: PolicyEntry = PolicyEntry {
     search_excludes: &[],
     max_capacity: crate::units::MAX_CAPACITY,
     max_capacity_why: "the largest device memory it models",
+    peak_band: None,
 };
 
 /// The alignment of an offline bound's spec options (0: the source's default).

@@ -47,6 +47,7 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     search_excludes: &[],
     max_capacity: crate::device::memory::MAX_DEVICE_MEMORY,
     max_capacity_why: "what its modelled CUDA address space holds",
+    peak_band: None,
 };
 
 pub fn from_spec<B: FromPolicy>(options: &str, _ctx: &PolicyContext) -> Result<B> {

@@ -61,6 +61,29 @@ pub struct PolicyEntry {
     pub max_capacity: u64,
     /// What bounds [`Self::max_capacity`], for the message of [`Self::check_capacity`].
     pub max_capacity_why: &'static str,
+    /// Where the real allocator's peak reserved lands around the replay's when it varies from
+    /// run to run for the same program (`cuda-async`: the driver's pool); `None` for the
+    /// deterministic allocators, whose replay is the real peak.
+    pub peak_band: Option<PeakBand>,
+}
+
+/// A range of real peaks around a replay's (issue 29, item 3): `low = expected x low`,
+/// `high = expected x high`, calibrated on real runs (`scripts/cuda_async_band.py`). A verdict
+/// that the workload fits is based on `high`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PeakBand {
+    pub low: f64,
+    pub high: f64,
+    /// Where the factors come from, for the docs and `policies`.
+    pub why: &'static str,
+}
+
+impl PeakBand {
+    /// `(low, high)` bytes around `expected`: low rounded down, high up.
+    pub fn around(&self, expected: u64) -> (u64, u64) {
+        let e = expected as f64;
+        ((e * self.low).floor() as u64, ((e * self.high).ceil() as u64).max(expected))
+    }
 }
 
 impl PolicyEntry {

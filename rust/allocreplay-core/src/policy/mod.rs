@@ -18,7 +18,7 @@ pub mod pytorch_config;
 mod sorted_map;
 pub mod spec;
 
-pub use entry::{PolicyEntry, PolicyKind};
+pub use entry::{PeakBand, PolicyEntry, PolicyKind};
 pub use spec::PolicyContext;
 
 /// Requests of 2^55 bytes (32 PiB) or more fail in every policy, as the real allocators fail

@@ -21,6 +21,7 @@ pub static ENTRY: PolicyEntry = PolicyEntry {
     search_excludes: &[],
     max_capacity: crate::device::memory::MAX_DEVICE_MEMORY,
     max_capacity_why: "what its modelled CUDA address space holds",
+    peak_band: None,
 };
 
 pub const MB: u64 = 1024 * 1024;
