@@ -155,12 +155,7 @@ pub fn replay_file(
     })
 }
 
-fn request(
-    policies: Vec<String>,
-    capacity: Option<CapacityArg>,
-    timeline_points: usize,
-    progress: Option<&PyProgress>,
-) -> ReplayRequest {
+fn request(policies: Vec<String>, capacity: Option<CapacityArg>, timeline_points: usize, progress: Option<&PyProgress>) -> ReplayRequest {
     // The placements are built when first read (`PyReplayResult`), not with the other tables.
     ReplayRequest {
         policies,
