@@ -133,17 +133,35 @@ pub(super) fn align_up(x: i64, a: i64) -> i64 {
 }
 
 /// Walks two runs sorted by offset as one (merged as they are read); the offset picked.
+///
+/// [`FreeChunkWalk::step`] written out on locals and pointers: as a struct the walk's fields
+/// went through memory on every step, and the indices into the two runs cost more
+/// instructions than the pointers (the loop is most of the walk's time).
 #[inline]
-pub(super) fn walk_two(mut walk: FreeChunkWalk, ours: &[(i64, i64)], theirs: &[(i64, i64)]) -> i64 {
-    let (mut x, mut y) = (0, 0);
-    while x < ours.len() && y < theirs.len() && !walk.exact() {
-        let (p, q) = (ours[x], theirs[y]);
+pub(super) fn walk_two(walk: FreeChunkWalk, ours: &[(i64, i64)], theirs: &[(i64, i64)]) -> i64 {
+    let FreeChunkWalk { need, mask, mut run_end, mut best_offset, mut best_size } = walk;
+    let (mut a, mut b) = (ours.as_ptr_range(), theirs.as_ptr_range());
+    while a.start != a.end && b.start != b.end && best_size != need {
+        // SAFETY: both pointers are below their ends, within their slices.
+        let (p, q) = unsafe { (*a.start, *b.start) };
         let first = p.0 <= q.0;
-        let (o, e) = select_unpredictable(first, p, q);
-        walk.step(o, e);
-        x += first as usize;
-        y += !first as usize;
+        let offset = select_unpredictable(first, p.0, q.0);
+        let end = select_unpredictable(first, p.1, q.1);
+        let start = (run_end + mask) & !mask;
+        let length = offset - start;
+        let take = (offset >= run_end) & (length >= need) & (length < best_size);
+        best_size = select_unpredictable(take, length, best_size);
+        best_offset = select_unpredictable(take, start, best_offset);
+        run_end = run_end.max(end);
+        // SAFETY: each advances by at most one, to at most its end.
+        unsafe {
+            a.start = a.start.add(first as usize);
+            b.start = b.start.add(!first as usize);
+        }
     }
+    // SAFETY: `a.start` and `b.start` lie within (or at the end of) their slices.
+    let (x, y) = unsafe { (a.start.offset_from(ours.as_ptr()) as usize, b.start.offset_from(theirs.as_ptr()) as usize) };
+    let mut walk = FreeChunkWalk { need, mask, run_end, best_offset, best_size };
     for &(o, e) in ours[x..].iter().chain(&theirs[y..]) {
         if walk.exact() {
             break;

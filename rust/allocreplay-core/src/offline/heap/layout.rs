@@ -33,7 +33,8 @@ pub(super) struct SlotInfo {
 /// `window / block` checkpoints before it and of every checkpoint it is live at) and into its
 /// block's list. `block` doubles until the window lists hold at most
 /// [`MAX_ENTRIES_PER_INTERVAL`] entries per interval (a trace where much lives long gets
-/// fewer, longer lists).
+/// fewer, longer lists; with unions, an interval live through a window is in its union, not
+/// its list, and is not counted).
 ///
 /// Unions. The free chunks of the walk are the gaps of the used chunks' union, so where
 /// every query keeps a set of chunks, that set can be kept as its union: disjoint runs by
@@ -45,7 +46,8 @@ pub(super) struct SlotInfo {
 ///   entries — or, when it is live through all [`SUPER`] windows of k's group, the group's
 ///   union (`super_through`), which spares a long-lived interval an insert per window (a
 ///   group's union holds the few regions that live long, a generate run's weights and
-///   caches: its queries merge it with their kept chunks, a few runs each);
+///   caches, a few runs; each window keeps its own union and its group's joined as one,
+///   `window_runs`, rebuilt when a query finds either changed);
 /// - the blocks a query reads after its window are whole but for the last: a segment tree
 ///   over the blocks keeps the union of the chunks placed in each node's blocks, and a query
 ///   reads the O(log) nodes covering its whole blocks instead of every chunk of every block
@@ -108,6 +110,11 @@ pub(super) struct Placed<C> {
     pub(super) through: Vec<Union>,
     /// Group g's union of the chunks live through its windows `g * SUPER..(g + 1) * SUPER`.
     pub(super) super_through: Vec<Union>,
+    /// Window list k's `through` and its group's `super_through` as one union, what a query
+    /// of window k walks; stale where `window_stale[k]` (rebuilt when read: on the real
+    /// captures, a few percent of the queries find it stale).
+    pub(super) window_runs: Vec<Union>,
+    pub(super) window_stale: Vec<bool>,
     /// The runs of all the unions above.
     pub(super) pool: RunPool,
 }
@@ -125,6 +132,8 @@ impl<C: Chunk> Placed<C> {
             stale: vec![false; 2 * layout.leaves],
             through: vec![Union::default(); if layout.unions { lists } else { 0 }],
             super_through: vec![Union::default(); if layout.unions { lists.div_ceil(SUPER) } else { 0 }],
+            window_runs: vec![Union::default(); if layout.unions { lists } else { 0 }],
+            window_stale: vec![false; if layout.unions { lists } else { 0 }],
             pool: RunPool::with_capacity(if layout.unions { n } else { 0 }),
         }
     }
@@ -184,7 +193,7 @@ impl Layout {
             if crate::cancel::requested() {
                 return Self::cancelled(layout.at);
             }
-            let total: usize = layout.at.iter().map(|a| layout.lists_of(a.slot, a.upto).count()).sum();
+            let total: usize = layout.at.iter().map(|&a| layout.entries_of(a)).sum();
             if block_window.is_some() || total <= MAX_ENTRIES_PER_INTERVAL * n + 65_536 || block >= n {
                 break;
             }
@@ -215,9 +224,12 @@ impl Layout {
         let lists = self.lists();
         let mut list_start = vec![0usize; lists + 1];
         for a in &self.at {
+            let mut entries = 0;
             for k in self.lists_of(a.slot, a.upto).filter(|&k| !self.through(*a, k)) {
                 list_start[k + 1] += 1;
+                entries += 1;
             }
+            debug_assert_eq!(entries, self.entries_of(*a));
         }
         for k in 0..lists {
             list_start[k + 1] += list_start[k];
@@ -231,6 +243,21 @@ impl Layout {
     pub(super) fn through(&self, a: SlotInfo, k: usize) -> bool {
         let p = k * self.block;
         self.unions && (a.slot as usize) < p && a.upto as usize >= p + self.block
+    }
+
+    /// How many window lists hold the interval at `a` as an entry: those of [`Self::lists_of`]
+    /// but the ones whose union it joins ([`Self::through`]).
+    fn entries_of(&self, a: SlotInfo) -> usize {
+        let lists = self.lists_of(a.slot, a.upto);
+        let (first, last) = (*lists.start(), *lists.end());
+        if !self.unions {
+            return last + 1 - first;
+        }
+        // `through` holds for k with k * block > slot and (k + 1) * block <= upto.
+        let from = first.max(a.slot as usize / self.block + 1);
+        let to = last.min((a.upto as usize / self.block).saturating_sub(1));
+        let through = if to >= from { to + 1 - from } else { 0 };
+        last + 1 - first - through
     }
 
     /// Whether the interval at `a` is live through every window of group `g` (then it joins
@@ -280,11 +307,14 @@ impl Layout {
             if self.super_through(a, g) {
                 // Live through the whole group: k is its first window (see `lists_of`).
                 placed.pool.insert(&mut placed.super_through[g], offset, end);
+                let group = g * SUPER..((g + 1) * SUPER).min(placed.window_stale.len());
+                placed.window_stale[group].fill(true);
                 k = (g + 1) * SUPER;
                 continue;
             }
             if self.through(a, k) {
                 placed.pool.insert(&mut placed.through[k], offset, end);
+                placed.window_stale[k] = true;
             } else {
                 let start = self.list_start[k];
                 let len = placed.list_len[k] as usize;
@@ -349,15 +379,14 @@ fn median_slots(at: &[SlotInfo]) -> u32 {
 }
 
 /// Inserts `e` into `list` (sorted by offset but for its last, unused element), after the
-/// entries with a smaller offset: an insertion sort's step from the end, each entry moved as
-/// it is passed (lists are short: a call to `memmove` cost more than the moves).
+/// entries with a smaller offset: found by a binary search, the entries after it moved up by one
+/// in one copy. (An insertion sort's step from the end moved each entry as it passed it: on
+/// lists of a hundred entries, most of a placement's instructions.)
 #[inline]
 fn insert_by_offset<C: Chunk>(list: &mut [C], e: C, shift: u32) {
     let offset = e.offset(shift);
-    let mut at = list.len() - 1;
-    while at > 0 && list[at - 1].offset(shift) >= offset {
-        list[at] = list[at - 1];
-        at -= 1;
-    }
+    let len = list.len() - 1;
+    let at = list[..len].partition_point(|x| x.offset(shift) < offset);
+    list.copy_within(at..len, at + 1);
     list[at] = e;
 }

@@ -30,6 +30,17 @@ impl Layout {
         placed.stale[v] = false;
     }
 
+    /// Rebuilds window list k's `window_runs` if stale.
+    #[inline]
+    fn refresh_window<C: Chunk>(&self, placed: &mut Placed<C>, k: usize) {
+        if placed.window_stale[k] {
+            let mut runs = placed.window_runs[k];
+            placed.pool.set_union_of(&mut runs, placed.through[k], placed.super_through[k / SUPER]);
+            placed.window_runs[k] = runs;
+            placed.window_stale[k] = false;
+        }
+    }
+
     /// Of a query's `blocks` (ending before slot `upto`), those it reads whole.
     #[inline]
     fn whole_blocks(&self, blocks: &std::ops::Range<usize>, upto: u32) -> std::ops::Range<usize> {
@@ -75,8 +86,7 @@ impl Layout {
         let (k, _, _, blocks, upto) = self.query(a);
         prefetch(self.list(placed, k));
         if self.unions {
-            prefetch(placed.pool.get(placed.through[k]));
-            prefetch(placed.pool.get(placed.super_through[k / SUPER]));
+            prefetch(placed.pool.get(placed.window_runs[k]));
             // The nodes its query reads or rebuilds (their headers came at `prefetch_heads`).
             let mut budget = PREFETCH_NODES;
             self.tree_nodes(self.whole_blocks(&blocks, upto), |v| {
@@ -102,8 +112,8 @@ impl Layout {
         prefetch(std::slice::from_ref(&self.list_start[k]));
         prefetch(std::slice::from_ref(&placed.list_len[k]));
         if self.unions {
-            prefetch(std::slice::from_ref(&placed.through[k]));
-            prefetch(std::slice::from_ref(&placed.super_through[k / SUPER]));
+            prefetch(std::slice::from_ref(&placed.window_runs[k]));
+            prefetch(std::slice::from_ref(&placed.window_stale[k]));
             let (_, _, _, blocks, upto) = self.query(a);
             let mut budget = PREFETCH_NODES;
             self.tree_nodes(self.whole_blocks(&blocks, upto), |v| {
@@ -199,23 +209,24 @@ impl Layout {
         let (k, hi, lo, blocks, upto) = self.query(a);
         let whole = if self.unions { self.whole_blocks(&blocks, upto) } else { blocks.start..blocks.start };
         self.tree_nodes(whole.clone(), |v| self.refresh(placed, v));
+        if self.unions {
+            self.refresh_window(placed, k);
+        }
         let placed = &*placed;
         let s = self.shift;
         let list = self.list(placed, k);
         let Scratch { buf, tmp, bounds, next_bounds } = scratch;
-        // The runs live through the window: its own and (few, long-lived) its group's.
-        let (through, group) = match self.unions {
-            true => (placed.pool.get(placed.through[k]), placed.pool.get(placed.super_through[k / SUPER])),
-            false => (&[][..], &[][..]),
-        };
+        // The runs live through the window: its own and (few, long-lived) its group's, as one
+        // union.
+        let runs = if self.unions { placed.pool.get(placed.window_runs[k]) } else { &[][..] };
         // A free chunk of exactly the size needed can't be beaten (only a strictly smaller
         // one replaces the best): the walks stop there.
-        if blocks.is_empty() && group.is_empty() && list.len() > FILTER_FIRST * through.len() {
+        if blocks.is_empty() && list.len() > FILTER_FIRST * runs.len() {
             // A long list and few runs: the list's entries kept, merged with the runs as they
             // come.
             let (mut x, mut y) = (0, 0);
-            while x < list.len() && y < through.len() && !walk.exact() {
-                let (e, (o, end)) = (list[x], through[y]);
+            while x < list.len() && y < runs.len() && !walk.exact() {
+                let (e, (o, end)) = (list[x], runs[y]);
                 let first = e.offset(s) <= o;
                 let keep = !first | ((e.rel_slot() < hi) & (e.rel_upto() > lo));
                 walk.step_if(keep, select_unpredictable(first, e.offset(s), o), select_unpredictable(first, e.end(s), end));
@@ -225,7 +236,7 @@ impl Layout {
             for &e in &list[x..] {
                 walk.step_if((e.rel_slot() < hi) & (e.rel_upto() > lo), e.offset(s), e.end(s));
             }
-            for &(o, end) in &through[y..] {
+            for &(o, end) in &runs[y..] {
                 walk.step(o, end);
             }
             return walk.finish();
@@ -241,20 +252,12 @@ impl Layout {
         bounds.push(0);
         push_run(buf, bounds, list, s, |e| (e.rel_slot() < hi) & (e.rel_upto() > lo));
         if blocks.is_empty() {
-            // The query ends within its window (most do): the kept chunks (with the group's
-            // runs merged in) and the window's runs.
-            if group.is_empty() {
-                return walk_two(walk, buf, through);
-            }
-            tmp.resize(buf.len() + group.len(), (0, 0));
-            merge_into(buf, group, tmp);
-            return walk_two(walk, tmp, through);
+            // The query ends within its window (most do): the kept chunks and the runs.
+            return walk_two(walk, buf, runs);
         }
-        for runs in [through, group] {
-            if !runs.is_empty() {
-                buf.extend_from_slice(runs);
-                bounds.push(buf.len());
-            }
+        if !runs.is_empty() {
+            buf.extend_from_slice(runs);
+            bounds.push(buf.len());
         }
         self.tree_nodes(whole.clone(), |v| {
             if !placed.unions[v].is_empty() {
@@ -304,18 +307,23 @@ pub(super) struct Scratch {
 }
 
 /// Appends the chunks of `list` that `keep` keeps to `buf` as one run.
-#[inline]
+#[inline(always)]
 fn push_run<C: Chunk>(buf: &mut Vec<(i64, i64)>, bounds: &mut Vec<usize>, list: &[C], shift: u32, keep: impl Fn(C) -> bool) {
     let at = buf.len();
-    buf.resize(at + list.len() + 1, (0, 0));
-    let mut end = at;
+    // Every entry is written after the kept ones, into room not filled first (filling it
+    // cost a third of the loop).
+    buf.reserve(list.len());
+    let room = buf.spare_capacity_mut()[..list.len()].as_mut_ptr();
+    let mut kept = 0;
     for &e in list {
-        buf[end] = (e.offset(shift), e.end(shift));
-        end += keep(e) as usize;
+        // SAFETY: `kept` is at most the entries passed, below `list.len()`: within `room`.
+        unsafe { (*room.add(kept)).write((e.offset(shift), e.end(shift))) };
+        kept += keep(e) as usize;
     }
-    buf.truncate(end);
-    if end > at {
-        bounds.push(end);
+    // SAFETY: the first `kept` entries of `room` were written (each before `kept` passed it).
+    unsafe { buf.set_len(at + kept) };
+    if kept > 0 {
+        bounds.push(at + kept);
     }
 }
 
