@@ -94,6 +94,12 @@ def replay(
     summary's ``capacity_source`` says which (``--capacity``, ``recorded_cap``,
     ``device_total_minus_cuda_context``, ``device_total``, ``unlimited``).
 
+    ``cuda-async``'s real peak varies from run to run (the driver's pool), so its summary row
+    also gives the range real runs land in, ``peak_reserved_low_bytes`` –
+    ``peak_reserved_high_bytes`` (docs/cuda-async-band.md; the other policies are deterministic:
+    both equal ``peak_reserved_bytes``), and ``fits`` is true only without an OOM and with the
+    range's high end within the limit.
+
     ``placements`` (one row per allocation: where each request was placed) is built when the
     result's ``placements`` is first read, by replaying the same request again (replays are
     deterministic: it is the table this replay would have built), so a replay whose placements
