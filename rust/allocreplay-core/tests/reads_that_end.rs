@@ -124,17 +124,25 @@ fn cancelling_from_another_thread_stops_a_long_replay_within_milliseconds() {
     // the online policies replay for longer together.
     let t = tile(&read_arrow(&repo("traces/torch_train.arrow")).unwrap(), 300).unwrap();
     for policies in [vec!["offline"], vec!["pytorch", "bfc", "cuda-async", "ideal"]] {
+        let progress = std::sync::Arc::new(allocreplay_core::cancel::Progress::default());
         let req = ReplayRequest {
             policies: policies.iter().map(|p| p.to_string()).collect(),
             timeline_points: 10,
             placements: false,
             threads: 2,
+            progress: Some(progress.clone()),
             ..Default::default()
         };
         let token = Cancel::new();
         let canceller = token.clone();
+        // Cancel once the online replays have walked their first rows (a few hundred
+        // microseconds in: they finish in well under 100 ms on a quiet machine, which a fixed
+        // sleep once missed), or after 100 ms (`offline` counts its rows only when it is done).
         let stopper = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
+            let start = Instant::now();
+            while progress.done.load(std::sync::atomic::Ordering::Relaxed) == 0 && start.elapsed() < Duration::from_millis(100) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
             canceller.cancel();
             Instant::now()
         });
