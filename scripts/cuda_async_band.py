@@ -68,14 +68,18 @@ def around(e: int, low: float, high: float) -> tuple[int, int]:
     return math.floor(e * low), max(math.ceil(e * high), e)
 
 
+def inside(e: int, peaks: list[int], low: float, high: float) -> bool:
+    lo, hi = around(e, low, high)
+    return all(lo <= p <= hi for p in peaks)
+
+
 def table(rows: list[tuple[str, int, list[int]]], low: float, high: float) -> list[str]:
     out = ["| workload | replay (expected) | band low – high | real runs | ratios real / replay | inside |", "|---|---|---|---|---|---|"]
     for w, e, peaks in rows:
         lo, hi = around(e, low, high)
-        inside = all(lo <= p <= hi for p in peaks)
         out.append(
             f"| {w} | {e:,} | {lo:,} – {hi:,} | {' / '.join(f'{p:,}' for p in peaks)} | "
-            f"{' / '.join(f'{p / e:.3f}' for p in peaks)} | {'yes' if inside else 'NO'} |"
+            f"{' / '.join(f'{p / e:.3f}' for p in peaks)} | {'yes' if inside(e, peaks, low, high) else 'NO'} |"
         )
     return out
 
@@ -88,8 +92,8 @@ def main() -> None:
     print(f"calibration: {len(cal)} workloads, {sum(len(p) for _, _, p in cal)} real runs; LOW = {low:.4f}, HIGH = {high:.4f}")
     print("\n".join(table(cal, low, high)))
     rows = calibration(HELDOUT)
-    inside = sum(all(around(e, low, high)[0] <= p <= around(e, low, high)[1] for p in peaks) for _, e, peaks in rows)
-    print(f"\nheld out: {inside} of {len(rows)} workloads have every real run inside the band")
+    n_inside = sum(inside(e, peaks, low, high) for _, e, peaks in rows)
+    print(f"\nheld out: {n_inside} of {len(rows)} workloads have every real run inside the band")
     print("\n".join(table(rows, low, high)))
 
 

@@ -180,11 +180,11 @@ def xla_section(shared: Path) -> list[str]:
     return lines
 
 
-def real_async_runs() -> dict[str, list[int]]:
-    """Peak reserved of every real backend:cudaMallocAsync run of the nine workloads
-    (tests/data/realruns-h200-580.159.txt: the same program and seed, run 3-7 times)."""
+def real_async_runs(name: str = "realruns-h200-580.159.txt") -> dict[str, list[int]]:
+    """Peak reserved of every real backend:cudaMallocAsync run of a file of tests/data (the
+    calibration workloads' realruns-…: the same program and seed, run 3-7 times; heldout-…)."""
     runs: dict[str, list[int]] = {}
-    for line in (ROOT / "tests/data/realruns-h200-580.159.txt").read_text().splitlines():
+    for line in (ROOT / "tests/data" / name).read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             workload, _run, peak, *_ = line.split()
             runs.setdefault(workload, []).append(int(peak))
@@ -275,11 +275,7 @@ def repeated_async_runs(shared: Path) -> list[str]:
 def band_held_out() -> list[str]:
     """The band (docs/cuda-async-band.md) on the workloads held out from its calibration
     (tests/data/heldout-async-h200-580.159.txt, three real runs each)."""
-    runs: dict[str, list[int]] = {}
-    for line in (ROOT / "tests/data/heldout-async-h200-580.159.txt").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            workload, _run, peak, *_ = line.split()
-            runs.setdefault(workload, []).append(int(peak))
+    runs = real_async_runs("heldout-async-h200-580.159.txt")
     lines = [
         "The band, on workloads held out from its calibration (tests/data/heldout-async-h200-580.159.txt;",
         "docs/cuda-async-band.md): every real run against the replay's range.",

@@ -174,8 +174,8 @@ def _row(cand: Candidate, setting: str, spec: str, r: Mapping[str, Any], capacit
     error = r.get("error")
     peak = r.get("peak_reserved_bytes")
     # The summary's `fits`: no OOM, and for cuda-async the high end of its peak's range within
-    # the limit (issue 29); a row without it (an older summary) falls back to the OOM count.
-    fits = error is None and peak is not None and (r.get("num_ooms") or 0) == 0 and r.get("fits", True) is not False
+    # the limit (issue 29).
+    fits = error is None and peak is not None and r["fits"] is True
     return {
         **cand.values,
         "setting": setting,

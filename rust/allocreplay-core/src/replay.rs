@@ -483,33 +483,35 @@ pub fn summary_batch(runs: &[Run]) -> RecordBatch {
     let n = runs.len();
     let mut policy = StringBuilder::new();
     let mut device = Int32Builder::with_capacity(n);
-    let u = |f: &dyn Fn(&Run) -> Option<u64>| {
+    // Each run's peak range, worked out once for its two columns and `fits`.
+    let ranges: Vec<(u64, u64)> = runs.iter().map(peak_range).collect();
+    let u = |f: &dyn Fn(usize, &Run) -> Option<u64>| {
         let mut b = UInt64Builder::with_capacity(n);
-        for r in runs {
-            b.append_option(if r.error.is_some() { None } else { f(r) });
+        for (i, r) in runs.iter().enumerate() {
+            b.append_option(if r.error.is_some() { None } else { f(i, r) });
         }
         Arc::new(b.finish()) as ArrayRef
     };
     let cols_u64: Vec<(&str, ArrayRef)> = vec![
-        ("peak_allocated_bytes", u(&|r| Some(r.replay.stats.peak_allocated))),
-        ("peak_reserved_bytes", u(&|r| Some(r.replay.stats.peak_reserved))),
-        ("peak_requested_bytes", u(&|r| Some(r.replay.stats.peak_requested))),
-        ("num_device_alloc", u(&|r| Some(r.replay.stats.num_device_alloc))),
-        ("num_device_free", u(&|r| Some(r.replay.stats.num_device_free))),
-        ("num_alloc_retries", u(&|r| Some(r.replay.stats.num_alloc_retries))),
-        ("num_ooms", u(&|r| Some(r.replay.stats.num_ooms))),
-        ("pages_migrated", u(&|r| Some(r.replay.stats.pages_migrated))),
-        ("bytes_migrated", u(&|r| Some(r.replay.stats.bytes_migrated))),
-        ("first_oom_event", u(&|r| r.replay.first_oom.as_ref().map(|o| o.event as u64))),
-        ("first_oom_requested_bytes", u(&|r| r.replay.first_oom.as_ref().map(|o| o.requested))),
-        ("events", u(&|r| Some(r.replay.events as u64))),
-        ("final_allocated_bytes", u(&|r| Some(r.replay.stats.allocated))),
-        ("final_reserved_bytes", u(&|r| Some(r.replay.stats.reserved))),
-        ("capacity_bytes", u(&|r| r.capacity)),
+        ("peak_allocated_bytes", u(&|_, r| Some(r.replay.stats.peak_allocated))),
+        ("peak_reserved_bytes", u(&|_, r| Some(r.replay.stats.peak_reserved))),
+        ("peak_requested_bytes", u(&|_, r| Some(r.replay.stats.peak_requested))),
+        ("num_device_alloc", u(&|_, r| Some(r.replay.stats.num_device_alloc))),
+        ("num_device_free", u(&|_, r| Some(r.replay.stats.num_device_free))),
+        ("num_alloc_retries", u(&|_, r| Some(r.replay.stats.num_alloc_retries))),
+        ("num_ooms", u(&|_, r| Some(r.replay.stats.num_ooms))),
+        ("pages_migrated", u(&|_, r| Some(r.replay.stats.pages_migrated))),
+        ("bytes_migrated", u(&|_, r| Some(r.replay.stats.bytes_migrated))),
+        ("first_oom_event", u(&|_, r| r.replay.first_oom.as_ref().map(|o| o.event as u64))),
+        ("first_oom_requested_bytes", u(&|_, r| r.replay.first_oom.as_ref().map(|o| o.requested))),
+        ("events", u(&|_, r| Some(r.replay.events as u64))),
+        ("final_allocated_bytes", u(&|_, r| Some(r.replay.stats.allocated))),
+        ("final_reserved_bytes", u(&|_, r| Some(r.replay.stats.reserved))),
+        ("capacity_bytes", u(&|_, r| r.capacity)),
         // The range real runs land in where the allocator varies run to run (`cuda-async`;
         // `PolicyEntry::peak_band`); the replay's own peak for the deterministic ones.
-        ("peak_reserved_low_bytes", u(&|r| Some(peak_range(r).0))),
-        ("peak_reserved_high_bytes", u(&|r| Some(peak_range(r).1))),
+        ("peak_reserved_low_bytes", u(&|i, _| Some(ranges[i].0))),
+        ("peak_reserved_high_bytes", u(&|i, _| Some(ranges[i].1))),
     ];
     let mut secs = Float64Builder::with_capacity(n);
     let mut error = StringBuilder::new();
@@ -535,7 +537,8 @@ pub fn summary_batch(runs: &[Run]) -> RecordBatch {
     // where the policy could not run.
     let fits: BooleanArray = runs
         .iter()
-        .map(|r| r.error.is_none().then(|| r.replay.stats.num_ooms == 0 && r.capacity.is_none_or(|cap| peak_range(r).1 <= cap)))
+        .zip(&ranges)
+        .map(|(r, &(_, high))| r.error.is_none().then(|| r.replay.stats.num_ooms == 0 && r.capacity.is_none_or(|cap| high <= cap)))
         .collect();
     fields.push(Field::new("fits", DataType::Boolean, fits.null_count() > 0));
     columns.push(Arc::new(fits));

@@ -48,22 +48,16 @@ impl Again {
     /// The placements table of the request's replay.
     fn placements(self) -> allocreplay_core::error::Result<RecordBatch> {
         let runs = match self {
-            Again::Memory(t, req) => core_replay::replay(&*t, &req.with_placements())?,
-            Again::File(path, req) => core_replay::replay(&MappedTrace::open(&path)?, &req.with_placements())?,
+            Again::Memory(t, req) => core_replay::replay(&*t, &with_placements(req))?,
+            Again::File(path, req) => core_replay::replay(&MappedTrace::open(&path)?, &with_placements(req))?,
         };
         Ok(core_replay::placements_batch(&runs))
     }
 }
 
-/// A request that builds the placements table and nothing it can skip.
-trait WithPlacements {
-    fn with_placements(self) -> Self;
-}
-
-impl WithPlacements for ReplayRequest {
-    fn with_placements(self) -> Self {
-        ReplayRequest { placements: true, timeline_points: 1, progress: None, ..self }
-    }
+/// `req` building the placements table and nothing it can skip.
+fn with_placements(req: ReplayRequest) -> ReplayRequest {
+    ReplayRequest { placements: true, timeline_points: 1, progress: None, ..req }
 }
 
 impl PyReplayResult {
