@@ -44,6 +44,7 @@ INFO_KEYS = {
     "recorded_peak_reserved_bytes",
     "recorded_peak_reserved_bytes_per_device",
     "duration_s",
+    "assumed",
 }
 PYTORCH_VALIDATE_KEYS = {
     "device",
@@ -70,6 +71,7 @@ PYTORCH_VALIDATE_KEYS = {
     "no_addresses",
     "settings_assumed",
     "seeded",
+    "assumed",
     "ok",
 }
 BFC_VALIDATE_KEYS = {
@@ -122,6 +124,8 @@ def conforms(value: Any, annotation: str) -> bool:
         if alt in ("float", "str", "bool") and type(value).__name__ == alt:
             return True
         if alt == "list[int]" and isinstance(value, list) and all(type(x) is int for x in value):
+            return True
+        if alt == "list[str]" and isinstance(value, list) and all(type(x) is str for x in value):
             return True
         if alt == "dict[int, int]" and isinstance(value, dict) and all(type(k) is int and type(v) is int for k, v in value.items()):
             return True

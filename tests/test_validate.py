@@ -169,3 +169,22 @@ def test_an_older_snapshot_layout_without_allocator_settings_validates_under_ass
     report = allocreplay.validate(old)
     assert "expandable_segments:True" in report["settings_assumed"]
     assert report["ok"] is False  # the run was not expandable: the replay now differs
+
+
+def test_a_history_that_starts_mid_run_says_what_it_assumes():
+    # traces/truncated/course_*_ctx256 (H200): _record_memory_history started after the model was
+    # built, then empty_cache() released what context length 128 had left cached (issue 29 item 2).
+    path = TRACES / "truncated" / "course_forward_fp32_large_ctx256.pickle.xz"
+    assert path.is_file(), f"missing fixture {path}"
+    run = run_subprocess("validate", path)
+    assert run.code == 0, run.out + run.err
+    assumed = [line for line in run.out.splitlines() if line.strip().startswith("assumed")]
+    assert len(assumed) == 1 and "starts mid-run" in assumed[0], run.out
+    replay = run_subprocess("replay", path)
+    assert replay.code == 0, replay.err
+    text = replay.out + replay.err
+    assert "the recorded part's peak reserved" in text and "the recorded run's" not in text, text
+    assert "assumed: the history starts mid-run" in text, text
+    # A whole recording assumes nothing.
+    whole = run_subprocess("replay", TRACES / "two_streams__default.pickle.xz")
+    assert "assumed:" not in whole.out + whole.err

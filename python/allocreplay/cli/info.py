@@ -62,6 +62,7 @@ def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None,
         )
     if md.get("seeded"):
         rows.append(("seeded", f"history truncated: {info.seed_allocs:,} live allocations and {info.seed_segments:,} segments from the final state"))
+    rows.extend(("assumed", a) for a in info.assumed)
     rows += [
         ("peak live requested", gib(info.peak_live_requested_bytes)),
         (

@@ -99,10 +99,13 @@ def replay_cmd(
         click.echo(json.dumps(summary.to_dicts()))
         return
     recorded = info.recorded_peak_reserved_bytes
+    # A truncated history shows only the end of the run: its peak is that part's (issue 29).
+    whose = "the recorded part's" if info.seed_segments or info.seed_allocs else "the recorded run's"
     report = [
         f"{trace}: {info.events:,} events on device(s) {', '.join(map(str, info.devices))}"
-        + (f"; the recorded run's peak reserved: {gib(recorded)}" if recorded is not None else "")
+        + (f"; {whose} peak reserved: {gib(recorded)}" if recorded is not None else "")
     ]
+    report.extend(f"assumed: {a}" for a in info.assumed)
     limits = {(r["capacity_bytes"], r["capacity_source"]) for r in summary.iter_rows(named=True)}
     for cap, source in sorted(limits, key=lambda x: (x[0] or 0, x[1])):
         report.append(f"limit: {'none' if cap is None else f'{cap:,} bytes ({gib(cap)})'} — {CAPACITY_SOURCES.get(source, source)}")

@@ -65,6 +65,7 @@ def _print_validation(r: ValidationReport | BfcValidationReport) -> None:
     else:
         if r.settings_assumed:
             rows.append(("allocator settings", r.settings_assumed))
+        rows.extend(("assumed", a) for a in r.assumed if a != r.settings_assumed)
         limit = r.device_limit
         rows.append(("limit", f"{'none' if limit is None else f'{limit:,} bytes'} — {CAPACITY_SOURCES.get(r.capacity_source, r.capacity_source)}"))
         if r.no_addresses:

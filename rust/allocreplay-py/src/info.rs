@@ -30,5 +30,6 @@ typed_result!(
         recorded_peak_reserved_bytes_per_device: BTreeMap<i32, u64>,
         duration_s: Option<f64>,
         lenient_skipped: Option<u64>,
+        assumed: Vec<String>,
     }
 );

@@ -42,6 +42,7 @@ typed_result!(
         no_addresses: bool,
         settings_assumed: Option<String>,
         seeded: bool,
+        assumed: Vec<String>,
         ok: bool,
     }
 );

@@ -119,8 +119,9 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
     let (finals, pools) = final_segments(&p, path, data.len())?;
     metadata.pools = pools;
 
-    let Histories { mut out, frames, mut devices_seen, seeded, clamped_ooms, chunks } =
-        import_histories(&p, traces, &finals, path, data.len(), opts, prefault.as_ref())?;
+    let fit = FreeBlockFit::from_settings(&metadata.allocator_settings);
+    let Histories { mut out, frames, mut devices_seen, seeded, clamped_ooms, chunks, unsure_releases } =
+        import_histories(&p, traces, &finals, fit, path, data.len(), opts, prefault.as_ref())?;
     drop(prefault);
     // Devices in the segments with no history at all.
     for s in &finals {
@@ -140,6 +141,7 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
     if metadata.allocator_settings.is_null() {
         assume_allocator_settings(&mut metadata);
     }
+    note_unsure_releases(&mut metadata, unsure_releases);
     if !clamped_ooms.is_empty() {
         metadata.extra.insert(CLAMPED_OOMS.into(), serde_json::Value::Array(clamped_ooms));
     }
@@ -291,13 +293,17 @@ struct Histories {
     clamped_ooms: Vec<serde_json::Value>,
     /// (row, block size) of seed allocations whose block size the history reveals.
     chunks: Vec<(usize, u64)>,
+    /// Runs of segment releases the history cannot attribute ([`Release::Unsure`]).
+    unsure_releases: usize,
 }
 
 /// Decodes each device's history and emits its seed and events (`import_device`).
+#[allow(clippy::too_many_arguments)]
 fn import_histories(
     p: &Pickle,
     traces: &[Value],
     finals: &[FinalSegment],
+    fit: FreeBlockFit,
     path: &Path,
     input_len: usize,
     opts: &ImportOptions,
@@ -319,8 +325,15 @@ fn import_histories(
     if let Some(pf) = prefault {
         out.prefault(pf, BUILDER_SLOTS);
     }
-    let mut h =
-        Histories { out, frames: Stacks::new(p), devices_seen: Vec::new(), seeded: false, clamped_ooms: Vec::new(), chunks: Vec::new() };
+    let mut h = Histories {
+        out,
+        frames: Stacks::new(p),
+        devices_seen: Vec::new(),
+        seeded: false,
+        clamped_ooms: Vec::new(),
+        chunks: Vec::new(),
+        unsure_releases: 0,
+    };
     let mut classes = StrClasses::new(p);
     let mut next_id: u64 = 0;
     for (dev, &entries) in traces.iter().enumerate() {
@@ -334,8 +347,20 @@ fn import_histories(
         let parsed = parse_entries(p, entries, dev, path, &mut classes, prefault, &mut h.clamped_ooms)?;
         // A snapshot that lists segments records the final state: its history must lead there.
         let strict = !opts.lenient && !finals.is_empty();
-        h.seeded |=
-            import_device(p, &parsed, &dev_finals, dev, &mut h.out, &mut h.frames, &mut next_id, &mut h.chunks, strict.then_some(path))?;
+        let (seeded, unsure) = import_device(
+            p,
+            &parsed,
+            &dev_finals,
+            fit,
+            dev,
+            &mut h.out,
+            &mut h.frames,
+            &mut next_id,
+            &mut h.chunks,
+            strict.then_some(path),
+        )?;
+        h.seeded |= seeded;
+        h.unsure_releases += unsure;
         if let Some(pf) = prefault {
             pf.clear(ENTRIES_SLOT);
             drop_in_background(parsed);
@@ -612,25 +637,28 @@ fn record_entry(p: &Pickle, rec: &[u64; pickle::RECORD_FIELDS], classes: &mut St
     Some(Entry { addr, size: size as u64, stream, time, frames, action, has_time })
 }
 
-/// Emits one device's seed and history. Returns true if a seed was needed.
+/// Emits one device's seed and history. Returns whether a seed was needed, and the runs of
+/// releases it could not attribute.
 #[allow(clippy::too_many_arguments)]
 fn import_device(
     p: &Pickle,
     parsed: &[Entry],
     finals: &[&FinalSegment],
+    fit: FreeBlockFit,
     dev: i32,
     out: &mut TraceBuilder,
     frames: &mut Stacks,
     next_id: &mut u64,
     chunks: &mut Vec<(usize, u64)>,
     strict: Option<&Path>,
-) -> Result<bool> {
+) -> Result<(bool, usize)> {
     let mut pools = DevicePools::new(finals);
+    pools.fit = fit;
     let before = state_before(parsed, finals, &pools, dev, strict)?;
     let seeded = !before.segs.is_empty() || !before.live.is_empty() || !before.mapped.is_empty();
     let mut id_at = emit_seeds(&before, parsed, dev, &mut pools, out, next_id, chunks);
-    emit_history(p, parsed, dev, &mut pools, &mut id_at, out, frames, next_id);
-    Ok(seeded)
+    let unsure = emit_history(p, parsed, dev, &mut pools, &mut id_at, out, frames, next_id);
+    Ok((seeded, unsure))
 }
 
 /// One device's state before its first recorded entry.
@@ -655,6 +683,8 @@ struct DevicePools {
     single_pool: bool,
     /// Live segments: addr -> (end, pool).
     seg_pool: BTreeMap<u64, (u64, u32)>,
+    /// Which free blocks the recorded settings let a request take ([`empty_cache_at`]).
+    fit: FreeBlockFit,
 }
 
 impl DevicePools {
@@ -668,7 +698,13 @@ impl DevicePools {
             }
         }
         let single_pool = finals.iter().all(|s| s.pool == 0);
-        DevicePools { final_pool, expandable_ranges, single_pool, seg_pool: BTreeMap::new() }
+        DevicePools {
+            final_pool,
+            expandable_ranges,
+            single_pool,
+            seg_pool: BTreeMap::new(),
+            fit: FreeBlockFit { max_split: u64::MAX, known: false },
+        }
     }
 
     /// The pool of the live segment (or the expandable range) holding `addr`; 0 if none does.
@@ -842,7 +878,7 @@ fn emit_seeds(
 }
 
 /// The recorded history, with an `empty_cache` event before each run of segment releases
-/// that was the program's ([`empty_cache_at`]).
+/// that was the program's ([`release_at`]). Returns the runs it could not attribute.
 fn emit_history(
     p: &Pickle,
     parsed: &[Entry],
@@ -852,9 +888,12 @@ fn emit_history(
     out: &mut TraceBuilder,
     frames: &mut Stacks,
     next_id: &mut u64,
-) {
+) -> usize {
+    let mut unsure = 0;
     for (k, e) in parsed.iter().enumerate() {
-        if empty_cache_at(parsed, k, pools) {
+        let release = release_at(parsed, k, pools);
+        unsure += usize::from(release == Some(Release::Unsure));
+        if release == Some(Release::Program) {
             let mut ec = EventRow::new(Action::EmptyCache, 0);
             ec.device = dev;
             ec.time_ns = e.time_ns();
@@ -900,9 +939,22 @@ fn emit_history(
         }
         out.push(&r);
     }
+    unsure
 }
 
-/// True if an `empty_cache` event goes before entry `k`.
+/// Who made a run of segment releases ([`release_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// The program: torch.cuda.empty_cache(). An `empty_cache` event goes before the run.
+    Program,
+    /// The allocator, inside a malloc.
+    Allocator,
+    /// Either, as far as the history shows: replayed as the allocator's, and said so
+    /// (`extra.releases_assumed`).
+    Unsure,
+}
+
+/// Who made the run of segment releases that starts at entry `k` (`None`: no run starts there).
 ///
 /// torch.cuda.empty_cache() records no entry of its own, only the segment frees (or
 /// unmaps) of DeviceCachingAllocator::release_cached_blocks. Every release the allocator
@@ -910,15 +962,101 @@ fn emit_history(
 /// release_cached_blocks, garbage_collect_cached_blocks) and is followed by that malloc's
 /// segment_alloc / segment_map or its oom. A run of frees of default-pool segments
 /// followed by anything else was the program's: an `empty_cache` event goes before it.
+///
+/// A run followed by a segment_alloc is the program's too when a segment it freed could have
+/// served that malloc's request ([`could_have_served`]): upstream's `malloc` releases cached
+/// blocks only after `get_free_block` found none that fits. (An `empty_cache()` is usually
+/// followed by exactly that: the cache is empty, so the next request makes a segment.)
 #[inline]
-fn empty_cache_at(parsed: &[Entry], k: usize, pools: &DevicePools) -> bool {
+fn release_at(parsed: &[Entry], k: usize, pools: &DevicePools) -> Option<Release> {
     let is_release = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
     if !(is_release(parsed[k].action) && (k == 0 || !is_release(parsed[k - 1].action))) {
-        return false;
+        return None;
     }
     let end = (k..parsed.len()).find(|&j| !is_release(parsed[j].action)).unwrap_or(parsed.len());
-    let inside_malloc = parsed.get(end).is_some_and(|n| matches!(n.action, Action::SegmentAlloc | Action::SegmentMap | Action::Oom));
-    !inside_malloc && (k..end).all(|j| pools.of(parsed[j].addr) == 0)
+    if !(k..end).all(|j| pools.of(parsed[j].addr) == 0) {
+        return Some(Release::Allocator);
+    }
+    Some(match parsed.get(end).map(|n| n.action) {
+        Some(Action::SegmentAlloc) if pools.fit.could_have_served(&parsed[k..end], &parsed[end + 1..]) => Release::Program,
+        // A request no freed segment could serve: a malloc that failed, released the cache and
+        // retried, or an empty_cache() just before a request larger than anything it freed.
+        Some(Action::SegmentAlloc) => Release::Unsure,
+        Some(Action::SegmentMap | Action::Oom) => Release::Allocator,
+        _ => Release::Program,
+    })
+}
+
+/// Says in `extra.releases_assumed` how many runs of releases [`release_at`] could not
+/// attribute, unless the capture's counters account for them: each of the allocator's own
+/// releases before a new segment is a retry (`alloc_block(.., isRetry)` counts
+/// `num_alloc_retries`), so as many recorded retries as unsure runs explain them all.
+fn note_unsure_releases(metadata: &mut TraceMetadata, unsure: usize) {
+    let retries: Option<u64> = metadata
+        .extra
+        .get("recorded_stats")
+        .and_then(|s| s.as_object())
+        .map(|per| per.values().filter_map(|d| d.get("num_alloc_retries").and_then(|v| v.as_u64())).sum());
+    if unsure == 0 || (!metadata.seeded && retries == Some(unsure as u64)) {
+        return;
+    }
+    metadata.extra.insert(
+        crate::trace::RELEASES_ASSUMED.into(),
+        format!(
+            "{unsure} release(s) of cached segments just before a new one could be the program's torch.cuda.empty_cache() or the allocator's own release on a failed cudaMalloc (the request was larger than every segment released): replayed as the allocator's"
+        )
+        .into(),
+    );
+}
+
+/// What `get_free_block` lets a request take, under the recorded settings.
+#[derive(Debug, Clone, Copy)]
+struct FreeBlockFit {
+    /// `max_split_size` (`u64::MAX`: unlimited, upstream's default).
+    max_split: u64,
+    /// False when the settings round requests in ways not mirrored here
+    /// (`roundup_power2_divisions`): then a release before a new segment is never taken for
+    /// the program's, as before this rule.
+    known: bool,
+}
+
+impl FreeBlockFit {
+    fn from_settings(settings: &serde_json::Value) -> Self {
+        let max_split = settings.get("max_split_size").and_then(|v| v.as_i64()).filter(|&v| v > 0).map_or(u64::MAX, |v| v as u64);
+        let power2 = settings.get("roundup_power2_divisions").is_some_and(|d| match d {
+            serde_json::Value::Object(m) => m.values().any(|v| v.as_u64().unwrap_or(0) > 0),
+            serde_json::Value::Array(a) => a.iter().any(|v| v.as_u64().unwrap_or(0) > 0),
+            serde_json::Value::Number(n) => n.as_u64().unwrap_or(0) > 0,
+            _ => false,
+        });
+        FreeBlockFit { max_split, known: !power2 }
+    }
+
+    /// Whether one of the segments `freed` (whole, so one free block each) could have served
+    /// the request recorded after the segment_alloc that follows them (`after`: its `alloc`
+    /// entry comes first, as `DeviceCachingAllocator::malloc` records it once `alloc_block`
+    /// returned). Mirrors `get_pool` (requests up to kSmallSize = 1 MiB from the small pool,
+    /// whose segments are kSmallBuffer = 2 MiB; larger ones from the large pool, whose segments
+    /// are never 2 MiB: 20 MiB under kMinLargeAlloc, rounded-up sizes of 10 MiB and more above),
+    /// `round_size` (512 bytes), and `get_free_block`: the request's stream, a block at least
+    /// its size, and neither of its oversize rules.
+    fn could_have_served(self, freed: &[Entry], after: &[Entry]) -> bool {
+        const SMALL_SIZE: u64 = 1 << 20;
+        const SMALL_BUFFER: u64 = 2 << 20;
+        const LARGE_BUFFER: u64 = 20 << 20;
+        if !self.known {
+            return false;
+        }
+        let Some(req) = after.iter().take(4).find(|e| e.action == Action::Alloc) else { return false };
+        let small = req.size <= SMALL_SIZE;
+        let size = req.size.max(1).div_ceil(512) * 512;
+        let fits = |b: u64| {
+            b >= size
+                && !(size < self.max_split && b >= self.max_split)
+                && !(size >= self.max_split && b >= size.saturating_add(LARGE_BUFFER))
+        };
+        freed.iter().any(|f| f.action == Action::SegmentFree && f.stream == req.stream && (f.size == SMALL_BUFFER) == small && fits(f.size))
+    }
 }
 
 /// Snapshots of PyTorch releases before `_snapshot()` recorded `allocator_settings` (older
@@ -1067,4 +1205,57 @@ fn infer_seed_chunks(seeds: &[(u64, u64, i64, bool)], segs: &BTreeMap<u64, (u64,
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn e(action: Action, size: u64, stream: i64) -> Entry {
+        Entry { addr: 0, size, stream, time: 0, frames: NO_FRAMES, action, has_time: false }
+    }
+
+    fn fit(settings: serde_json::Value) -> FreeBlockFit {
+        FreeBlockFit::from_settings(&settings)
+    }
+
+    /// A 20 MiB segment freed, then a new segment for the request `req` on `stream`.
+    fn served(f: FreeBlockFit, freed: u64, req: u64, stream: i64) -> bool {
+        f.could_have_served(&[e(Action::SegmentFree, freed, 0)], &[e(Action::Alloc, req, stream)])
+    }
+
+    #[test]
+    fn a_freed_segment_serves_a_request_of_its_pool_and_stream_that_fits() {
+        let d = fit(serde_json::json!({"max_split_size": -1}));
+        assert!(served(d, 20 * MIB, 10 * MIB, 0));
+        assert!(served(d, 20 * MIB, 20 * MIB, 0));
+        // Larger than the freed block: the malloc could have failed and released it.
+        assert!(!served(d, 20 * MIB, 20 * MIB + 1, 0));
+        // Another stream's blocks are never searched (get_free_block keys on the stream).
+        assert!(!served(d, 20 * MIB, 10 * MIB, 7));
+        // A small request (<= 1 MiB) comes from the small pool, whose segments are 2 MiB.
+        assert!(!served(d, 20 * MIB, 4096, 0));
+        assert!(served(d, 2 * MIB, 4096, 0));
+        assert!(!served(d, 2 * MIB, 2 * MIB, 0));
+    }
+
+    #[test]
+    fn max_split_sizes_oversize_rules_are_mirrored() {
+        let f = fit(serde_json::json!({"max_split_size": 128 * MIB}));
+        // A small request never takes a block of max_split_size or more.
+        assert!(!served(f, 200 * MIB, 20 * MIB, 0));
+        assert!(served(f, 100 * MIB, 20 * MIB, 0));
+        // A large one takes it only within kLargeBuffer (20 MiB) of its size.
+        assert!(served(f, 200 * MIB, 190 * MIB, 0));
+        assert!(!served(f, 240 * MIB, 150 * MIB, 0));
+    }
+
+    #[test]
+    fn unmirrored_rounding_leaves_the_old_reading() {
+        let f = fit(serde_json::json!({"roundup_power2_divisions": {"1": 0, "2": 4}}));
+        assert!(!served(f, 20 * MIB, 10 * MIB, 0));
+        assert!(served(fit(serde_json::Value::Null), 20 * MIB, 10 * MIB, 0));
+    }
 }

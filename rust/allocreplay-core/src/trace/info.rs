@@ -38,6 +38,9 @@ pub struct TraceInfo {
     pub duration_s: Option<f64>,
     /// Events a lenient load skipped (`trace::check`); `None` for a strict load.
     pub lenient_skipped: Option<u64>,
+    /// What the recording could not determine and the replay assumes, one sentence each
+    /// ([`assumptions`]): empty when it determines everything.
+    pub assumed: Vec<String>,
 }
 
 pub fn trace_info(trace: &Trace) -> TraceInfo {
@@ -168,6 +171,26 @@ impl InfoBuilder {
             recorded_peak_reserved_bytes_per_device: self.peak_reserved,
             duration_s: self.tmin.zip(self.tmax).map(|(a, b)| (b - a) as f64 / 1e9),
             lenient_skipped: metadata.extra.get(super::check::LENIENT_SKIPPED).and_then(|v| v.as_u64()),
+            assumed: assumptions(metadata, self.seed_allocs, self.seed_segments),
         }
     }
+}
+
+/// What a replay of the trace assumes where its recording is silent (issue 29): the state before
+/// a truncated history (seeded from the final state, so the run's earlier peaks are unknown),
+/// allocator settings an older snapshot did not record, and releases of cached segments the
+/// history cannot attribute (the importers say which in `metadata.extra`).
+pub fn assumptions(metadata: &TraceMetadata, seed_allocs: usize, seed_segments: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    if metadata.seeded {
+        out.push(format!(
+            "the history starts mid-run (cut by the recorder's max_entries, or recording began late): the {seed_allocs} allocations and {seed_segments} segments live before its first entry are seeded from the final state, and peaks are those of the recorded part of the run; the run's earlier peaks are unknown"
+        ));
+    }
+    for key in ["allocator_settings_assumed", super::RELEASES_ASSUMED] {
+        if let Some(s) = metadata.extra.get(key).and_then(|v| v.as_str()) {
+            out.push(s.to_string());
+        }
+    }
+    out
 }

@@ -37,6 +37,10 @@ pub struct TraceMetadata {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+/// Metadata `extra` key: what an importer could not tell about the history's releases of cached
+/// segments (the PyTorch importer's `note_unsure_releases`); `TraceInfo::assumed` lists it.
+pub const RELEASES_ASSUMED: &str = "releases_assumed";
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeviceInfo {
     pub index: i32,

@@ -53,6 +53,9 @@ pub struct PytorchValidation {
     /// The history was truncated: peaks of allocated memory and counters from the run's
     /// metadata cover the whole run, not the tail, and are not compared.
     pub seeded: bool,
+    /// What the recording could not determine and the replay assumed
+    /// (`trace::info::assumptions`), one sentence each.
+    pub assumed: Vec<String>,
     pub ok: bool,
 }
 
@@ -131,8 +134,10 @@ pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> 
 
     let info = trace_info(trace);
     let seeded = trace.metadata.seeded;
-    let peak_reserved_recorded =
-        stat(trace, device, "reserved_bytes.all.peak").or_else(|| info.recorded_peak_reserved_bytes_per_device.get(&device).copied());
+    // A truncated history's replay covers the recorded part of the run: compare it with that
+    // part's peak (its segment events from the seeded state), not with the whole run's.
+    let window_peak = info.recorded_peak_reserved_bytes_per_device.get(&device).copied();
+    let peak_reserved_recorded = if seeded { window_peak } else { stat(trace, device, "reserved_bytes.all.peak").or(window_peak) };
     let (peak_allocated_recorded, retries_recorded, ooms_recorded) = if seeded {
         (None, None, None)
     } else {
@@ -170,6 +175,7 @@ pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> 
         num_ooms_replayed: s.num_ooms,
         no_addresses,
         settings_assumed: trace.metadata.extra.get("allocator_settings_assumed").and_then(|v| v.as_str()).map(str::to_string),
+        assumed: info.assumed.clone(),
         seeded,
         ok,
     })
