@@ -49,18 +49,25 @@ MODELLED = (
     "scaled_dot_product_attention: the backend an sm90 device picks (flash, efficient, math)",
 )
 BASE_ADDR = 0x7F00_0000_0000
+RANK_ADDR_STRIDE = 1 << 44
 
 
 # The CUDA runtime and driver entry points PyTorch calls when it sets up a device's streams and
-# guards (the autograd engine asks for the current stream of every CUDA tensor it records): a
-# library preloaded ahead of libcudart answers "one device, no context"; every other call goes
-# to the real runtime, which is never reached since no kernel runs and nothing is allocated.
+# guards (the autograd engine asks for the current stream of every CUDA tensor it records), and
+# the events and capture queries of torch.distributed's code (DDP's Reducer times its first
+# iterations with CUDA events: c10d's CudaTimer): a library preloaded ahead of libcudart answers
+# "one device (ALLOCREPLAY_NOGPU_DEVICES under --world-size: the rank's node's), no context";
+# every other call goes to the real runtime, which is never reached since no kernel runs and
+# nothing is allocated.
 CUDART_STUB = r"""
+#include <stdlib.h>
 typedef int cudaError_t;
 typedef void *cudaStream_t;
-cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return 0; }
-cudaError_t cudaGetDevice(int *d) { *d = 0; return 0; }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? 0 : 101; }
+static int current_device = 0;
+static int devices(void) { const char *s = getenv("ALLOCREPLAY_NOGPU_DEVICES"); int n = s ? atoi(s) : 1; return n > 0 ? n : 1; }
+cudaError_t cudaGetDeviceCount(int *n) { *n = devices(); return 0; }
+cudaError_t cudaGetDevice(int *d) { *d = current_device; return 0; }
+cudaError_t cudaSetDevice(int d) { if (d < 0 || d >= devices()) return 101; current_device = d; return 0; }
 cudaError_t cudaDeviceGetStreamPriorityRange(int *lo, int *hi) { if (lo) *lo = 0; if (hi) *hi = -5; return 0; }
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned f, int p) { static long n = 0x100; *s = (cudaStream_t)(n++); return 0; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { static long n = 0x10000; *s = (cudaStream_t)(n++); return 0; }
@@ -70,6 +77,17 @@ cudaError_t cudaDriverGetVersion(int *v) { *v = 13000; return 0; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { return 0; }
 cudaError_t cudaDeviceSynchronize(void) { return 0; }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return 0; }
+typedef void *cudaEvent_t;
+cudaError_t cudaEventCreate(cudaEvent_t *e) { static long n = 0x1000000; *e = (cudaEvent_t)(n++); return 0; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { return 0; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return 0; }
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned f) { return 0; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return 0; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return 0; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) { *ms = 0.0f; return 0; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { return 0; }
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status) { *status = 0; return 0; }
 """
 LIBCUDA_STUB = r"""
 typedef int CUresult;
@@ -182,7 +200,7 @@ class FakeStream:
             FakeStream._next += 1
         self.stream_id = stream_id
         self.cuda_stream = stream_id
-        self.device_index = 0
+        self.device_index = _current_device()
         self.device_type = 1
         self.priority = priority
 
@@ -190,7 +208,7 @@ class FakeStream:
     def device(self) -> Any:
         import torch
 
-        return torch.device("cuda", 0)
+        return torch.device("cuda", self.device_index)
 
     def wait_stream(self, other: Any) -> None:
         pass
@@ -245,6 +263,17 @@ class FakeEvent:
         return 0.0
 
 
+def _current_device() -> int:
+    """The device the program selected (``torch.cuda.set_device``; the stand-in's
+    ``cudaGetDevice``): 0 but under ``--world-size`` where a rank picks its node's device."""
+    import torch
+
+    try:
+        return int(torch._C._cuda_getDevice())
+    except Exception:
+        return 0
+
+
 class _State(threading.local):
     stream: Any = None
 
@@ -255,11 +284,14 @@ _state = _State()
 class Recorder:
     """The allocation requests, in the order the caching allocator would receive them."""
 
-    def __init__(self, device: str, total: int, cc: tuple[int, int], sms: int) -> None:
+    def __init__(self, device: str, total: int, cc: tuple[int, int], sms: int, trace_device: int = 0) -> None:
         self.props = FakeProps(device, total, cc, sms)
         self.entries: list[dict[str, Any]] = []
         self.live: dict[int, tuple[int, int, int]] = {}  # key -> (addr, size, stream)
-        self.next_addr = BASE_ADDR
+        # The trace's device: 0, or the rank under --world-size (each rank a device of the
+        # merged trace), whose addresses start apart so that the ranks' never meet.
+        self.trace_device = trace_device
+        self.next_addr = BASE_ADDR + trace_device * RANK_ADDR_STRIDE
         self.allocated = 0
         self.peak = 0
         self.num_allocs = 0
@@ -377,7 +409,7 @@ class Recorder:
                 json.dump(self.ops, f)
         return {
             "segments": [],
-            "device_traces": [list(self.entries)],
+            "device_traces": [[] for _ in range(self.trace_device)] + [list(self.entries)],
             "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": conf, "expandable_segments": "expandable_segments:true" in conf.replace(" ", "").lower()},
         }
 
@@ -438,6 +470,12 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
     def noop(*a: Any, **k: Any) -> None:
         return None
 
+    def set_device(device: Any) -> None:
+        # torch.cuda.set_device -> torch._C._cuda_setDevice -> the stand-in's cudaSetDevice.
+        index = torch.cuda._utils._get_device_index(device, optional=True)
+        if index >= 0:
+            torch._C._cuda_setDevice(index)
+
     def memory_stats(device: Any = None) -> dict[str, int]:
         return rec.stats()
 
@@ -468,12 +506,12 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
 
     answers: dict[str, Any] = {
         "is_available": lambda: True,
-        "device_count": lambda: 1,
+        "device_count": lambda: _nogpu_devices(),
         "is_initialized": lambda: True,
         "init": noop,
         "_lazy_init": noop,
-        "current_device": lambda: 0,
-        "set_device": noop,
+        "current_device": _current_device,
+        "set_device": set_device,
         "get_device_properties": props_of,
         "get_device_name": lambda device=None: props.name,
         "get_device_capability": lambda device=None: (props.major, props.minor),
@@ -526,7 +564,7 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
 
     def to_cuda(self: Any, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format) -> Any:
         # Tensor.cuda (THPVariable_cuda) sets a CUDA device guard first: go through Tensor.to.
-        dev = torch.device("cuda", 0) if device is None or isinstance(device, int) else torch.device(device)
+        dev = torch.device("cuda", _current_device() if device is None else device) if device is None or isinstance(device, int) else torch.device(device)
         return self.to(device=dev, non_blocking=non_blocking, memory_format=memory_format)
 
     def pin_memory(self: Any, device: Any = None) -> Any:
@@ -537,7 +575,7 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
         # the CPU, then move it through the dispatcher.
         def make(data: Any, *a: Any, device: Any = None, **k: Any) -> Any:
             if device is not None and torch.device(device).type == "cuda":
-                return original(data, *a, **k).to(torch.device(device) if torch.device(device).index is not None else torch.device("cuda", 0))
+                return original(data, *a, **k).to(torch.device(device) if torch.device(device).index is not None else torch.device("cuda", _current_device()))
             return original(data, *a, device=device, **k)
 
         make.__name__ = original.__name__
@@ -612,6 +650,14 @@ def _patch_module_apply(torch: Any) -> None:
                 replaced.clear()
 
     setattr(module_mod.Module, "_apply", _apply)  # noqa: B010 (mypy: a method)
+
+
+def _nogpu_devices() -> int:
+    """``torch.cuda.device_count()``: the stand-in's (ALLOCREPLAY_NOGPU_DEVICES, default 1)."""
+    try:
+        return max(1, int(os.environ.get("ALLOCREPLAY_NOGPU_DEVICES", "1")))
+    except ValueError:
+        return 1
 
 
 def _distinct(fn: Any, name: str) -> Any:
@@ -876,7 +922,7 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
     def new_fake(r: Any) -> Any:
         with torch._C._DisableTorchDispatch():
             meta = torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device="meta")
-        f = converter.from_meta_and_device(fake, meta, torch.device("cuda", 0))
+        f = converter.from_meta_and_device(fake, meta, torch.device("cuda", _current_device()))
         vars(f)["_ng_value"] = r
         return f
 
@@ -970,15 +1016,19 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
 class NoGpuSession:
     """Started by ``_pytorch.TorchRecorder`` when the capture is ``--no-gpu``."""
 
-    def __init__(self, torch: Any, device: tuple[str, int, tuple[int, int], int], unknown: str = "error") -> None:
+    def __init__(self, torch: Any, device: tuple[str, int, tuple[int, int], int], unknown: str = "error", dist: tuple[int, int] | None = None) -> None:
+        """``dist``: (rank, world size) under ``--world-size`` (``_nogpu_dist``)."""
         self.torch = torch
-        self.rec = Recorder(*device)
+        self.dist = dist
+        self.rec = Recorder(*device, trace_device=dist[0] if dist else 0)
         patch_torch_cuda(torch, self.rec)
         from torch.utils._python_dispatch import _push_mode
 
-        from . import _nogpu_extras
+        from . import _nogpu_dist, _nogpu_extras
 
         _nogpu_extras.patch(torch, self.rec)
+        if dist is not None:
+            _nogpu_dist.patch(torch, *dist)
         self.mode = make_mode(torch, self.rec, unknown)
         _push_mode(self.mode)
 

@@ -18,13 +18,26 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from allocreplay.capture import _hook
 from allocreplay.capture._convert import Outcome, convert, keep_xla_dump
 from allocreplay.errors import CaptureError
 
 HOOK_PACKAGE = "_allocreplay_capture"
-HOOK_FILES = ("_hook.py", "_recorder.py", "_pytorch.py", "_jax.py", "_tf.py", "_nogpu.py", "_nogpu_extras.py", "_devices.py", "_tags.py", "_cudnn_h200.json.xz")
+HOOK_FILES = (
+    "_hook.py",
+    "_recorder.py",
+    "_pytorch.py",
+    "_jax.py",
+    "_tf.py",
+    "_nogpu.py",
+    "_nogpu_extras.py",
+    "_nogpu_dist.py",
+    "_devices.py",
+    "_tags.py",
+    "_cudnn_h200.json.xz",
+)
 XLA_DUMP_FLAGS = ("--xla_dump_hlo_as_proto", "--xla_dump_hlo_as_text")
 
 SITECUSTOMIZE = f"""\
@@ -193,7 +206,7 @@ def no_gpu_env(env: dict[str, str], hook: str) -> dict[str, str]:
     return env
 
 
-def check_no_gpu(no_gpu: dict[str, str] | None, framework: str) -> None:
+def check_no_gpu(no_gpu: dict[str, Any] | None, framework: str) -> None:
     if no_gpu is None:
         return
     from allocreplay.capture import _nogpu
@@ -216,7 +229,7 @@ def run(
     max_entries: int = 1_000_000,
     stacks: str = "python",
     keep_raw: bool = False,
-    no_gpu: dict[str, str] | None = None,
+    no_gpu: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     log: str | None = None,
     cwd: str | None = None,
