@@ -288,6 +288,7 @@ class Recorder:
         self.props = FakeProps(device, total, cc, sms)
         self.entries: list[dict[str, Any]] = []
         self.live: dict[int, tuple[int, int, int]] = {}  # key -> (addr, size, stream)
+        self.storages: set[int] = set()  # keys of the live storages (live or resized to 0 bytes)
         # The trace's device: 0, or the rank under --world-size (each rank a device of the
         # merged trace), whose addresses start apart so that the ranks' never meet.
         self.trace_device = trace_device
@@ -382,6 +383,26 @@ class Recorder:
         self.alloc(key, size)
         return key
 
+    def resized(self, key: int, nbytes: int) -> None:
+        """The storage ``key`` of a cuda tensor was resized to ``nbytes`` in place
+        (``UntypedStorage.resize_``, as FSDP2 frees and re-allocates its unsharded parameters:
+        ``_fsdp_param.py``, ``free_storage`` / ``alloc_storage``). ``resize_bytes_cuda``
+        (aten/src/ATen/native/cuda/Resize.cpp) allocates the new block (none for 0 bytes), copies
+        and frees the old one."""
+        with self.lock:
+            if key not in self.storages:
+                return
+            old = self.live.pop(key, None)
+            tmp = None
+            if old is not None:
+                self._tmp_key -= 1
+                tmp = self._tmp_key
+                self.live[tmp] = old
+        if nbytes > 0:
+            self.alloc(key, nbytes)
+        if tmp is not None:
+            self.free(tmp)
+
     def adopt(self, storage: Any, key: int) -> None:
         """``storage`` is the buffer allocated as ``key``: freed when it dies."""
         with self.lock:
@@ -389,7 +410,8 @@ class Recorder:
             if got is None:
                 return
             self.live[storage._cdata] = got
-        weakref.finalize(storage, self.free, storage._cdata)
+            self.storages.add(storage._cdata)
+        weakref.finalize(storage, self.died, storage._cdata)
 
     def track(self, storage: Any, nbytes: int) -> None:
         key = storage._cdata
@@ -399,7 +421,15 @@ class Recorder:
         if nbytes <= 0:
             return
         self.alloc(key, nbytes)
-        weakref.finalize(storage, self.free, key)
+        with self.lock:
+            self.storages.add(key)
+        weakref.finalize(storage, self.died, key)
+
+    def died(self, key: int) -> None:
+        """A recorded storage's last reference went: its block is freed."""
+        with self.lock:
+            self.storages.discard(key)
+        self.free(key)
 
     def snapshot(self, conf: str) -> dict[str, Any]:
         dump = os.environ.get("ALLOCREPLAY_NOGPU_DEBUG", "")
@@ -561,6 +591,14 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
         if not hasattr(cuda, name):
             setattr(cuda, name, value)
     torch.Tensor.record_stream = record_stream
+    resize = torch.UntypedStorage.resize_
+
+    def resize_storage(self: Any, size: int) -> Any:
+        out = resize(self, size)
+        rec.resized(self._cdata, int(size))
+        return out
+
+    torch.UntypedStorage.resize_ = resize_storage
 
     def to_cuda(self: Any, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format) -> Any:
         # Tensor.cuda (THPVariable_cuda) sets a CUDA device guard first: go through Tensor.to.
@@ -730,6 +768,11 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
     cuda_type = "cuda"
     add_tensor = torch.ops.aten.add.Tensor
     is_non_overlapping_and_dense = extras._dense
+
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    def is_wrapper(t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) and is_traceable_wrapper_subclass(t)
 
     value_ops = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default}
     cpu = torch.device("cpu")
@@ -930,6 +973,12 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             flat, _ = tree_flatten((args, kwargs))
+            if any(is_wrapper(a) for a in flat):
+                # A wrapper subclass (DTensor: FSDP2's parameters, gradients and optimizer
+                # state) dispatches its operator to the tensors it wraps: let it (returning
+                # NotImplemented hands the operator to the subclass, this mode still active), so
+                # that what it makes of the fake tensors inside comes back here and is recorded.
+                return NotImplemented
             if not on_cuda(flat, kwargs):
                 made = host_factory(func, args, kwargs)
                 return func(*args, **kwargs) if made is None else made

@@ -242,15 +242,25 @@ def make_group_class(torch: Any) -> Any:
             return done(list(tensors))
 
         def barrier(self, opts: Any = None) -> Any:
-            # ProcessGroupNCCL::barrier: a one-element float tensor on the device, all-reduced;
-            # the work keeps it (barrierTensor_) until it is waited on.
-            t = torch.zeros(1, dtype=torch.float32, device=torch.device("cuda", torch.cuda.current_device()))
+            # ProcessGroup::barrier (ProcessGroup.hpp): a one-byte tensor on the barrier's device,
+            # held in a function-local static (the last one lives to the end of the process);
+            # then ProcessGroupNCCL::barrier: a one-element float tensor, all-reduced, kept by
+            # the work (barrierTensor_) until it is waited on.
+            device = getattr(opts, "device", None)
+            if device is None or device.type != "cuda":
+                device = torch.device("cuda", torch.cuda.current_device())
+            _static_barrier_tensor[:] = [torch.empty(1, dtype=torch.uint8, device=device)]
+            t = torch.zeros(1, dtype=torch.float32, device=device)
             return done([t])
 
         def __repr__(self) -> str:
             return f"NoGpuProcessGroup(rank={self._rank}, world_size={self._world_size})"
 
     return NoGpuProcessGroup
+
+
+_static_barrier_tensor: list[Any] = []
+"""ProcessGroup::barrier's ``static at::Tensor tensor``."""
 
 
 def config_of(no_gpu: dict[str, Any] | None) -> tuple[int, int] | None:
