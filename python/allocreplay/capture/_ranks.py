@@ -69,12 +69,14 @@ def run(
     stem = _runner.stem_of(out)
     work = tempfile.mkdtemp(prefix="allocreplay-ranks-")
     try:
-        results = _run_ranks(command, work, world_size, list(ranks), no_gpu, jobs, env, log, kw)
+        results = _run_ranks(command, work, world_size, list(ranks), no_gpu, jobs, env, kw)
+        if log is not None:
+            _join_logs(work, list(ranks), log)
         result = _runner.Result(exit_code=next((results[r].exit_code for r in ranks if results[r].exit_code), 0))
         for r in ranks:
             result.messages += [f"rank {r}: {m}" for m in results[r].messages]
             if results[r].exit_code:
-                kept = _keep_log(work, r, stem) if log is None else log
+                kept = _keep_log(work, r, stem) if log is None else f"{log} (rank {r})"
                 result.messages.append(f"rank {r}: the command exited with code {results[r].exit_code} (its output: {kept})")
         missing = [r for r in ranks if not (results[r].outcome and results[r].outcome.traces)]  # type: ignore[union-attr]
         if missing:
@@ -97,11 +99,10 @@ def _run_ranks(
     no_gpu: dict[str, Any],
     jobs: int | None,
     env: dict[str, str] | None,
-    log: str | None,
     kw: dict[str, Any],
 ) -> dict[int, _runner.Result]:
-    """Runs every rank (``jobs`` at once), each rank's output in ``work/rankR.log`` (or
-    ``log``); returns each rank's result."""
+    """Runs every rank (``jobs`` at once), each rank's output in ``work/rankR.log``; returns
+    each rank's result."""
     results: dict[int, _runner.Result] = {}
     errors: dict[int, BaseException] = {}
     todo = list(ranks)
@@ -119,7 +120,7 @@ def _run_ranks(
                     os.path.join(work, f"rank{r}.arrow"),
                     no_gpu={**no_gpu, "world_size": world_size, "rank": r},
                     env={**(env or {}), **rank_env(r, world_size)},
-                    log=log or os.path.join(work, f"rank{r}.log"),
+                    log=os.path.join(work, f"rank{r}.log"),
                     keep_raw=True,
                     **kw,
                 )
@@ -224,6 +225,18 @@ def _keep(work: str, raw_dir: str, ranks: Sequence[int]) -> str:
             shutil.move(os.path.join(work, f"rank{r}.log"), os.path.join(raw_dir, f"rank{r}.log"))
     shutil.move(os.path.join(work, "merged.raw"), os.path.join(raw_dir, "merged"))
     return raw_dir
+
+
+def _join_logs(work: str, ranks: list[int], log: str) -> None:
+    """The ranks' outputs, one after the other, in ``log`` (each under a ``== rank R ==`` line)."""
+    with open(log, "wb") as out:
+        for r in ranks:
+            out.write(f"== rank {r} ==\n".encode())
+            try:
+                with open(os.path.join(work, f"rank{r}.log"), "rb") as f:
+                    shutil.copyfileobj(f, out)
+            except OSError:
+                pass
 
 
 def _keep_log(work: str, rank: int, stem: str) -> str:
