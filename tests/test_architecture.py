@@ -78,6 +78,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "allocreplay.capture._convert",
             "allocreplay.capture._runner",
             "allocreplay.capture._ranks",
+            "allocreplay.capture._merge",
         ],
     ),
     (

@@ -306,3 +306,18 @@ def test_fit_with_a_world_size_fits_when_every_rank_fits(tmp_path):
         if bs == 2048:  # rank 0 alone would fit: the candidate fails on rank 1's batch
             assert per_rank[0][1] and not per_rank[1][1]
     assert rows[16]["fits"] and not rows[2048]["fits"]
+
+
+def test_a_torchrun_command_gives_the_same_ranks_as_all_ranks(tmp_path):
+    # capture --no-gpu -- torchrun ...: every worker records itself as the rank torchrun made it
+    # (RANK, WORLD_SIZE), and the workers' captures are merged as --all-ranks merges them.
+    cmd = [sys.executable, "-m", "allocreplay", "capture", "--no-gpu", "-o", "tr.arrow", "--"]
+    cmd += [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(FSDP2_TOY)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    launched = allocreplay.load(tmp_path / "tr.arrow")
+    assert launched.info().devices == [0, 1]
+    ours = capture(tmp_path, FSDP2_TOY, "--world-size", "2", "--all-ranks", out="ours.arrow")
+    for rank in (0, 1):
+        assert allocs(launched, rank) == allocs(ours, rank)

@@ -56,7 +56,8 @@ RANK_ADDR_STRIDE = 1 << 44
 # guards (the autograd engine asks for the current stream of every CUDA tensor it records), and
 # the events and capture queries of torch.distributed's code (DDP's Reducer times its first
 # iterations with CUDA events: c10d's CudaTimer): a library preloaded ahead of libcudart answers
-# "one device (ALLOCREPLAY_NOGPU_DEVICES under --world-size: the rank's node's), no context";
+# "one device (under --world-size or torchrun: the rank's node's, ALLOCREPLAY_NOGPU_DEVICES or
+# LOCAL_WORLD_SIZE), no context";
 # every other call goes to the real runtime, which is never reached since no kernel runs and
 # nothing is allocated.
 CUDART_STUB = r"""
@@ -64,7 +65,11 @@ CUDART_STUB = r"""
 typedef int cudaError_t;
 typedef void *cudaStream_t;
 static int current_device = 0;
-static int devices(void) { const char *s = getenv("ALLOCREPLAY_NOGPU_DEVICES"); int n = s ? atoi(s) : 1; return n > 0 ? n : 1; }
+static int devices(void) {
+  const char *s = getenv("ALLOCREPLAY_NOGPU_DEVICES");
+  if (!s) s = getenv("LOCAL_WORLD_SIZE");
+  int n = s ? atoi(s) : 1; return n > 0 ? n : 1;
+}
 cudaError_t cudaGetDeviceCount(int *n) { *n = devices(); return 0; }
 cudaError_t cudaGetDevice(int *d) { *d = current_device; return 0; }
 cudaError_t cudaSetDevice(int d) { if (d < 0 || d >= devices()) return 101; current_device = d; return 0; }
@@ -691,9 +696,10 @@ def _patch_module_apply(torch: Any) -> None:
 
 
 def _nogpu_devices() -> int:
-    """``torch.cuda.device_count()``: the stand-in's (ALLOCREPLAY_NOGPU_DEVICES, default 1)."""
+    """``torch.cuda.device_count()``: the stand-in's (ALLOCREPLAY_NOGPU_DEVICES, else a
+    torchrun worker's LOCAL_WORLD_SIZE: its node's GPUs; default 1)."""
     try:
-        return max(1, int(os.environ.get("ALLOCREPLAY_NOGPU_DEVICES", "1")))
+        return max(1, int(os.environ.get("ALLOCREPLAY_NOGPU_DEVICES") or os.environ.get("LOCAL_WORLD_SIZE") or "1"))
     except ValueError:
         return 1
 

@@ -264,15 +264,20 @@ _static_barrier_tensor: list[Any] = []
 
 
 def config_of(no_gpu: dict[str, Any] | None) -> tuple[int, int] | None:
-    """(rank, world size) of a ``--world-size`` capture's configuration, else None."""
-    if not no_gpu or not no_gpu.get("world_size"):
+    """(rank, world size) of a ``--world-size`` capture's configuration; without one, of a
+    ``torchrun`` worker (``allocreplay capture --no-gpu -- torchrun ...``: its ``RANK`` and
+    ``WORLD_SIZE``, set with ``TORCHELASTIC_RUN_ID`` by ``torch/distributed/run.py``); else
+    None."""
+    if no_gpu is None:
         return None
-    return int(no_gpu.get("rank") or 0), int(no_gpu["world_size"])
+    if no_gpu.get("world_size"):
+        return int(no_gpu.get("rank") or 0), int(no_gpu["world_size"])
+    env = os.environ
+    if "TORCHELASTIC_RUN_ID" in env and "RANK" in env and "WORLD_SIZE" in env:
+        try:
+            return int(env["RANK"]), int(env["WORLD_SIZE"])
+        except ValueError:
+            return None
+    return None
 
 
-def local_devices() -> int:
-    """How many devices the rank's machine has: ``LOCAL_WORLD_SIZE`` (torchrun's), else 1."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1

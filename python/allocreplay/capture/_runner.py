@@ -270,7 +270,7 @@ def run(
         rc = run_child(command, child, log, cwd)
         result.exit_code = rc
         result.xla_dump = keep_xla_dump(raw_dump, stem + ".xla_dump")
-        outcome = convert(raw_dir, out, keep_raw=keep_raw, xla_dump=result.xla_dump)
+        outcome = convert(_ranks_merged(raw_dir) if no_gpu is not None else raw_dir, out, keep_raw=keep_raw, xla_dump=result.xla_dump)
         result.outcome = outcome
         if not outcome.manifests:
             why = f"the recording hook never ran: {command[0]} started no Python, or its Python ignores PYTHONPATH (python -I / -E) or site (python -S)"
@@ -289,6 +289,19 @@ def run(
         shutil.rmtree(hook, ignore_errors=True)
         if not keep_raw:
             shutil.rmtree(raw_dir, ignore_errors=True)
+
+
+def _ranks_merged(raw_dir: str) -> str:
+    """A ``--no-gpu`` command that started the ranks of a job itself (``torchrun``: each worker a
+    rank, ``_nogpu_dist``): their captures merged into one (``RAW/merged``, one trace whose
+    device R is rank R), else ``raw_dir`` as it is."""
+    from allocreplay.capture import _merge
+
+    if len({dev for _, _, dev, _ in _merge.rank_artifacts(raw_dir)}) < 2:
+        return raw_dir
+    merged = os.path.join(raw_dir, "merged")
+    _merge.merge_raw([raw_dir], merged)
+    return merged
 
 
 def _nothing_seen(outcome: Outcome, framework: str) -> str:
