@@ -279,5 +279,3 @@ def config_of(no_gpu: dict[str, Any] | None) -> tuple[int, int] | None:
         except ValueError:
             return None
     return None
-
-
