@@ -223,6 +223,11 @@ def test_fsdp2_all_gather_and_reduce_scatter_buffers_and_uneven_shards(tmp_path,
     assert final[last] - first[last] >= 2 * BLOCKS
     for rank in range(1, world_size - 1):
         assert per_rank[rank] == first, f"rank {rank} shards as rank 0 does"
+    # The storage tags see through DTensor: every rank's parameters and optimizer state.
+    bd = allocreplay.analysis.breakdown(trace)
+    for rank in range(world_size):
+        got = dict(zip(*bd.filter(bd["device"] == rank).select("category", "bytes").to_dict(as_series=False).values()))
+        assert got["parameters"] > 0 and got["optimizer_state"] > 0, (rank, got)
 
 
 # --- the command line ----------------------------------------------------------------------
