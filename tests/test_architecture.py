@@ -60,6 +60,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "allocreplay.capture._tags",
             "allocreplay.capture._nogpu",
             "allocreplay.capture._nogpu_extras",
+            "allocreplay.capture._nogpu_dist",
             "allocreplay.capture._devices",
         ],
     ),
@@ -76,6 +77,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "allocreplay.capture",
             "allocreplay.capture._convert",
             "allocreplay.capture._runner",
+            "allocreplay.capture._ranks",
+            "allocreplay.capture._merge",
         ],
     ),
     (

@@ -24,7 +24,7 @@ from typing import Any
 import polars as pl
 
 from allocreplay import _api
-from allocreplay._fit._candidates import Candidate, Capturer, default_cache_dir, substitute
+from allocreplay._fit._candidates import WORLD_SIZE, Candidate, Capturer, default_cache_dir, substitute
 from allocreplay._fit._search import Axis, Search, monotonicity_breaks, parse_values, parse_vary
 from allocreplay.errors import InvalidArgumentError
 
@@ -151,8 +151,7 @@ def _evaluate(cand: Candidate, specs: Sequence[str], capacity: int, tuned: bool)
     summary = replay(trace, list(specs), capacity, placements=False).summary
     rows = []
     for spec in specs:
-        r = summary.filter(pl.col("policy") == spec).row(0, named=True)
-        rows.append(_row(cand, spec, spec, r, capacity))
+        rows.append(_row(cand, spec, spec, _binding(summary.filter(pl.col("policy") == spec)), capacity))
     if tuned:
         from allocreplay._tune import tune
 
@@ -168,6 +167,21 @@ def _evaluate(cand: Candidate, specs: Sequence[str], capacity: int, tuned: bool)
         }
         rows.append(_row(cand, TUNED, best["policy"], r, capacity))
     return rows
+
+
+def _binding(per_device: pl.DataFrame) -> dict[str, Any]:
+    """A setting's row for a candidate: its device's, or for the ranks of a job (``--world-size``:
+    one device each) the rank that decides whether the job fits: one that failed (an error, then
+    an OOM), else the one with the largest peak reserved. ``peak_allocated_bytes`` and the
+    retries are that rank's too."""
+    rows = per_device.to_dicts()
+    if len(rows) == 1:
+        return rows[0]
+
+    def worst(r: dict[str, Any]) -> tuple[int, int, int]:
+        return (r.get("error") is not None, r.get("fits") is not True, int(r.get("peak_reserved_bytes") or 0))
+
+    return max(rows, key=worst)
 
 
 def _row(cand: Candidate, setting: str, spec: str, r: Mapping[str, Any], capacity: int) -> dict[str, Any]:
@@ -218,6 +232,7 @@ def fit(
     cwd: str | None = None,
     progress: Progress | None = None,
     started: Callable[[dict[str, int]], None] | None = None,
+    world_size: int | Sequence[int] | None = None,
 ) -> FitResult:
     """Finds the largest value of each varied parameter for which ``command`` fits the device.
 
@@ -233,8 +248,15 @@ def fit(
     ``unknown_values``: what a CPU run reads for values computed on the GPU (``zero``: counted
     and reported; ``error``: stop). ``jobs``: captures at once; ``backend="ray"`` runs them on
     a Ray cluster (``address``). ``progress`` gets a line per candidate evaluated,
-    ``started`` the values of each candidate as its capture begins. Returns a :class:`FitResult`."""
+    ``started`` the values of each candidate as its capture begins. ``world_size``: the job is
+    distributed (docs/distributed.md): each candidate captures its every rank without a GPU, at
+    each of these world sizes (an outer axis ``world_size``, ``{world_size}`` in the command
+    optional), and fits when every rank fits. Returns a :class:`FitResult`."""
     axes = _axes(vary, values, step)
+    if world_size is not None:
+        if any(a.name == WORLD_SIZE for a in axes):
+            raise InvalidArgumentError("--world-size and --vary world_size=...: give the world sizes once, with --world-size")
+        axes = [_world_size_axis(world_size, gpu), *axes]
     if jobs < 1:
         raise InvalidArgumentError(f"--jobs must be at least 1, got {jobs}")
     if backend not in ("local", "ray"):
@@ -248,7 +270,17 @@ def fit(
         _api.policy_env(spec)  # a bad option fails here, before any capture
     specs = [DEFAULTS, *[s for s in dict.fromkeys(settings) if s != DEFAULTS]]
     labels = specs + ([TUNED] if tune else [])
-    capturer = Capturer(command, env or {}, device=dev_key, gpu=gpu, unknown_values=unknown_values, cache_dir=cache_dir, use_cache=use_cache, cwd=cwd)
+    capturer = Capturer(
+        command,
+        env or {},
+        device=dev_key,
+        gpu=gpu,
+        unknown_values=unknown_values,
+        cache_dir=cache_dir,
+        use_cache=use_cache,
+        cwd=cwd,
+        ranks=world_size is not None,
+    )
     capturer.check([a.name for a in axes])
     search = Search(axes, labels, jobs=jobs, check=check)
     rows: list[dict[str, Any]] = []
@@ -319,6 +351,17 @@ def _axes(vary: Mapping[str, tuple[int, int] | Sequence[int]] | Sequence[str], v
     if not axes:
         raise InvalidArgumentError("fit: nothing to vary: give --vary NAME=LO:HI, e.g. --vary batch_size=1:1024")
     return axes
+
+
+def _world_size_axis(world_size: int | Sequence[int], gpu: bool) -> Axis:
+    """``--world-size N`` or ``V1,V2,...``: the values, tried each (an outer axis)."""
+    if gpu:
+        raise InvalidArgumentError("fit --world-size captures the ranks without a GPU: it does not go with --gpu")
+    sizes = [int(world_size)] if isinstance(world_size, int) else [int(v) for v in world_size]
+    if not sizes or min(sizes) < 1:
+        raise InvalidArgumentError(f"--world-size: expected world sizes of at least 1, got {sizes}")
+    vals = parse_values(",".join(map(str, sizes)), "--world-size")
+    return Axis(WORLD_SIZE, vals[0], vals[-1], 1, vals)
 
 
 def _result(axes: list[Axis], labels: list[str], specs: list[str], search: Search, rows: list[dict[str, Any]], dev_key: str, cap: int, how: str) -> FitResult:

@@ -28,7 +28,10 @@ from typing import Any
 from allocreplay import _api
 from allocreplay.errors import CaptureError, InvalidArgumentError
 
-__all__ = ["Candidate", "Capturer", "default_cache_dir", "substitute"]
+__all__ = ["WORLD_SIZE", "Candidate", "Capturer", "default_cache_dir", "substitute"]
+
+WORLD_SIZE = "world_size"
+"""The axis ``fit --world-size`` adds: the ranks of the job each candidate captures."""
 
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -124,7 +127,11 @@ class Capturer:
         cache_dir: str | None = None,
         use_cache: bool = True,
         cwd: str | None = None,
+        ranks: bool = False,
     ) -> None:
+        """``ranks``: the values hold ``world_size`` (``fit --world-size``): each candidate is
+        every rank of a job of that many, captured without a GPU (``capture --no-gpu
+        --world-size N --all-ranks``), one trace whose device R is rank R."""
         if not command:
             raise InvalidArgumentError(
                 "fit: no command given: put it after --, e.g. allocreplay fit --vary batch_size=1:256 -- python train.py --batch-size {batch_size}"
@@ -137,6 +144,7 @@ class Capturer:
         self.cache_dir = os.path.abspath(cache_dir or default_cache_dir())
         self.use_cache = use_cache
         self.cwd = os.path.abspath(cwd or os.getcwd())
+        self.ranks = ranks
         self._torch: str | None = None
 
     def commandline(self, values: Mapping[str, int]) -> tuple[list[str], dict[str, str]]:
@@ -147,7 +155,7 @@ class Capturer:
         be the same run)."""
         self.commandline(dict.fromkeys(names, 1))  # an unknown {name} fails here, before any capture
         text = " ".join(self.command) + " " + " ".join(self.env.values())
-        missing = [n for n in names if "{" + n + "}" not in text]
+        missing = [n for n in names if "{" + n + "}" not in text and not (self.ranks and n == WORLD_SIZE)]
         if missing:
             raise InvalidArgumentError(
                 f"fit: {', '.join('{' + n + '}' for n in missing)} appears nowhere in the command or its --env values: "
@@ -171,6 +179,8 @@ class Capturer:
             "unknown_values": self.unknown_values,
             "files": _file_stamps(cmd, self.cwd),
         }
+        if self.ranks:
+            blob["world_size"] = int(values[WORLD_SIZE])
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:32]
 
     def _paths(self, key: str) -> tuple[str, str, str]:
@@ -214,7 +224,14 @@ class Capturer:
             out = os.path.join(tmp, "run.arrow")
             no_gpu = None if self.gpu else {"device": self.device, "unknown": self.unknown_values}
             t0 = time.monotonic()
-            result = _runner.run(cmd, out, max_entries=10_000_000, stacks="none", no_gpu=no_gpu, env=env, log=os.path.join(tmp, "run.log"), cwd=self.cwd)
+            opts: dict[str, Any] = {"max_entries": 10_000_000, "stacks": "none", "env": env, "log": os.path.join(tmp, "run.log"), "cwd": self.cwd}
+            if self.ranks and no_gpu is not None:
+                from allocreplay.capture import _ranks
+
+                n = int(values[WORLD_SIZE])
+                result = _ranks.run(cmd, out, world_size=n, ranks=list(range(n)), no_gpu=no_gpu, **opts)
+            else:
+                result = _runner.run(cmd, out, no_gpu=no_gpu, **opts)
             seconds = time.monotonic() - t0
             shutil.copyfile(os.path.join(tmp, "run.log"), log)
             traces = result.outcome.traces if result.outcome else []
@@ -258,6 +275,9 @@ def _guessed(trace_path: str) -> tuple[int, list[str]]:
     cap = (md.get("extra") or {}).get("capture") or {}
     ng = cap.get("no_gpu") or {}
     got = ng.get("values_read_as_zeros") or []
+    if isinstance(got, dict) and ng.get("ranks") is not None:
+        # Every rank's (capture --all-ranks): {rank: {line: count}}.
+        got = {f"rank {r}: {k}": v for r, per in got.items() for k, v in (per or {}).items()}
     if isinstance(got, dict):
         return sum(int(v) for v in got.values()), [f"{k} ({v}x)" for k, v in got.items()]
     return len(got), [str(x) for x in got]

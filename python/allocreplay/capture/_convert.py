@@ -17,6 +17,10 @@ from typing import Any
 from allocreplay._api import Trace, TraceInfo, format_bytes, load
 from allocreplay.errors import AllocReplayError
 
+ALL_DEVICES = "all"
+"""An artifact's device key for a capture that holds several devices, kept in one trace (the
+ranks of ``capture --no-gpu --all-ranks``, merged by ``_ranks``)."""
+
 
 @dataclass
 class Captured:
@@ -36,7 +40,8 @@ class Captured:
             parts.append(f"peak reserved {format_bytes(peak)}")
         if i.ooms:
             parts.append(f"{i.ooms} OOM(s)")
-        return f"{self.path}: {self.framework}, device {self.device}: " + ", ".join(parts)
+        where = f"devices {', '.join(map(str, i.devices))}" if self.device == ALL_DEVICES else f"device {self.device}"
+        return f"{self.path}: {self.framework}, {where}: " + ", ".join(parts)
 
 
 @dataclass
@@ -106,7 +111,7 @@ def convert(raw_dir: str, out: str, *, keep_raw: bool, xla_dump: str | None = No
             with open(meta) as f:
                 allocator = json.load(f).get("allocator")
             trace = load(raw, meta=meta, allocator=allocator if artifact["kind"] == "xplane" else None)
-            info = finalize(trace, dest, None if dev == "cpu" else int(dev), raw if keep_raw else None)
+            info = finalize(trace, dest, None if dev in ("cpu", ALL_DEVICES) else int(dev), raw if keep_raw else None)
         except AllocReplayError as e:
             notes.append(
                 f"{fw} (process {pid}, device {dev}): the raw capture could not be imported: {e}"

@@ -49,18 +49,30 @@ MODELLED = (
     "scaled_dot_product_attention: the backend an sm90 device picks (flash, efficient, math)",
 )
 BASE_ADDR = 0x7F00_0000_0000
+RANK_ADDR_STRIDE = 1 << 44
 
 
 # The CUDA runtime and driver entry points PyTorch calls when it sets up a device's streams and
-# guards (the autograd engine asks for the current stream of every CUDA tensor it records): a
-# library preloaded ahead of libcudart answers "one device, no context"; every other call goes
-# to the real runtime, which is never reached since no kernel runs and nothing is allocated.
+# guards (the autograd engine asks for the current stream of every CUDA tensor it records), and
+# the events and capture queries of torch.distributed's code (DDP's Reducer times its first
+# iterations with CUDA events: c10d's CudaTimer): a library preloaded ahead of libcudart answers
+# "one device (under --world-size or torchrun: the rank's node's, ALLOCREPLAY_NOGPU_DEVICES or
+# LOCAL_WORLD_SIZE), no context";
+# every other call goes to the real runtime, which is never reached since no kernel runs and
+# nothing is allocated.
 CUDART_STUB = r"""
+#include <stdlib.h>
 typedef int cudaError_t;
 typedef void *cudaStream_t;
-cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return 0; }
-cudaError_t cudaGetDevice(int *d) { *d = 0; return 0; }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? 0 : 101; }
+static int current_device = 0;
+static int devices(void) {
+  const char *s = getenv("ALLOCREPLAY_NOGPU_DEVICES");
+  if (!s) s = getenv("LOCAL_WORLD_SIZE");
+  int n = s ? atoi(s) : 1; return n > 0 ? n : 1;
+}
+cudaError_t cudaGetDeviceCount(int *n) { *n = devices(); return 0; }
+cudaError_t cudaGetDevice(int *d) { *d = current_device; return 0; }
+cudaError_t cudaSetDevice(int d) { if (d < 0 || d >= devices()) return 101; current_device = d; return 0; }
 cudaError_t cudaDeviceGetStreamPriorityRange(int *lo, int *hi) { if (lo) *lo = 0; if (hi) *hi = -5; return 0; }
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned f, int p) { static long n = 0x100; *s = (cudaStream_t)(n++); return 0; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { static long n = 0x10000; *s = (cudaStream_t)(n++); return 0; }
@@ -70,6 +82,17 @@ cudaError_t cudaDriverGetVersion(int *v) { *v = 13000; return 0; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { return 0; }
 cudaError_t cudaDeviceSynchronize(void) { return 0; }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return 0; }
+typedef void *cudaEvent_t;
+cudaError_t cudaEventCreate(cudaEvent_t *e) { static long n = 0x1000000; *e = (cudaEvent_t)(n++); return 0; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { return 0; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return 0; }
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned f) { return 0; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return 0; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return 0; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) { *ms = 0.0f; return 0; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { return 0; }
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status) { *status = 0; return 0; }
 """
 LIBCUDA_STUB = r"""
 typedef int CUresult;
@@ -182,7 +205,7 @@ class FakeStream:
             FakeStream._next += 1
         self.stream_id = stream_id
         self.cuda_stream = stream_id
-        self.device_index = 0
+        self.device_index = _current_device()
         self.device_type = 1
         self.priority = priority
 
@@ -190,7 +213,7 @@ class FakeStream:
     def device(self) -> Any:
         import torch
 
-        return torch.device("cuda", 0)
+        return torch.device("cuda", self.device_index)
 
     def wait_stream(self, other: Any) -> None:
         pass
@@ -245,6 +268,17 @@ class FakeEvent:
         return 0.0
 
 
+def _current_device() -> int:
+    """The device the program selected (``torch.cuda.set_device``; the stand-in's
+    ``cudaGetDevice``): 0 but under ``--world-size`` where a rank picks its node's device."""
+    import torch
+
+    try:
+        return int(torch._C._cuda_getDevice())
+    except Exception:
+        return 0
+
+
 class _State(threading.local):
     stream: Any = None
 
@@ -255,11 +289,15 @@ _state = _State()
 class Recorder:
     """The allocation requests, in the order the caching allocator would receive them."""
 
-    def __init__(self, device: str, total: int, cc: tuple[int, int], sms: int) -> None:
+    def __init__(self, device: str, total: int, cc: tuple[int, int], sms: int, trace_device: int = 0) -> None:
         self.props = FakeProps(device, total, cc, sms)
         self.entries: list[dict[str, Any]] = []
         self.live: dict[int, tuple[int, int, int]] = {}  # key -> (addr, size, stream)
-        self.next_addr = BASE_ADDR
+        self.storages: set[int] = set()  # keys of the live storages (live or resized to 0 bytes)
+        # The trace's device: 0, or the rank under --world-size (each rank a device of the
+        # merged trace), whose addresses start apart so that the ranks' never meet.
+        self.trace_device = trace_device
+        self.next_addr = BASE_ADDR + trace_device * RANK_ADDR_STRIDE
         self.allocated = 0
         self.peak = 0
         self.num_allocs = 0
@@ -350,6 +388,26 @@ class Recorder:
         self.alloc(key, size)
         return key
 
+    def resized(self, key: int, nbytes: int) -> None:
+        """The storage ``key`` of a cuda tensor was resized to ``nbytes`` in place
+        (``UntypedStorage.resize_``, as FSDP2 frees and re-allocates its unsharded parameters:
+        ``_fsdp_param.py``, ``free_storage`` / ``alloc_storage``). ``resize_bytes_cuda``
+        (aten/src/ATen/native/cuda/Resize.cpp) allocates the new block (none for 0 bytes), copies
+        and frees the old one."""
+        with self.lock:
+            if key not in self.storages:
+                return
+            old = self.live.pop(key, None)
+            tmp = None
+            if old is not None:
+                self._tmp_key -= 1
+                tmp = self._tmp_key
+                self.live[tmp] = old
+        if nbytes > 0:
+            self.alloc(key, nbytes)
+        if tmp is not None:
+            self.free(tmp)
+
     def adopt(self, storage: Any, key: int) -> None:
         """``storage`` is the buffer allocated as ``key``: freed when it dies."""
         with self.lock:
@@ -357,7 +415,8 @@ class Recorder:
             if got is None:
                 return
             self.live[storage._cdata] = got
-        weakref.finalize(storage, self.free, storage._cdata)
+            self.storages.add(storage._cdata)
+        weakref.finalize(storage, self.died, storage._cdata)
 
     def track(self, storage: Any, nbytes: int) -> None:
         key = storage._cdata
@@ -367,7 +426,15 @@ class Recorder:
         if nbytes <= 0:
             return
         self.alloc(key, nbytes)
-        weakref.finalize(storage, self.free, key)
+        with self.lock:
+            self.storages.add(key)
+        weakref.finalize(storage, self.died, key)
+
+    def died(self, key: int) -> None:
+        """A recorded storage's last reference went: its block is freed."""
+        with self.lock:
+            self.storages.discard(key)
+        self.free(key)
 
     def snapshot(self, conf: str) -> dict[str, Any]:
         dump = os.environ.get("ALLOCREPLAY_NOGPU_DEBUG", "")
@@ -377,7 +444,7 @@ class Recorder:
                 json.dump(self.ops, f)
         return {
             "segments": [],
-            "device_traces": [list(self.entries)],
+            "device_traces": [[] for _ in range(self.trace_device)] + [list(self.entries)],
             "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": conf, "expandable_segments": "expandable_segments:true" in conf.replace(" ", "").lower()},
         }
 
@@ -438,6 +505,12 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
     def noop(*a: Any, **k: Any) -> None:
         return None
 
+    def set_device(device: Any) -> None:
+        # torch.cuda.set_device -> torch._C._cuda_setDevice -> the stand-in's cudaSetDevice.
+        index = torch.cuda._utils._get_device_index(device, optional=True)
+        if index >= 0:
+            torch._C._cuda_setDevice(index)
+
     def memory_stats(device: Any = None) -> dict[str, int]:
         return rec.stats()
 
@@ -468,12 +541,12 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
 
     answers: dict[str, Any] = {
         "is_available": lambda: True,
-        "device_count": lambda: 1,
+        "device_count": lambda: _nogpu_devices(),
         "is_initialized": lambda: True,
         "init": noop,
         "_lazy_init": noop,
-        "current_device": lambda: 0,
-        "set_device": noop,
+        "current_device": _current_device,
+        "set_device": set_device,
         "get_device_properties": props_of,
         "get_device_name": lambda device=None: props.name,
         "get_device_capability": lambda device=None: (props.major, props.minor),
@@ -523,10 +596,18 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
         if not hasattr(cuda, name):
             setattr(cuda, name, value)
     torch.Tensor.record_stream = record_stream
+    resize = torch.UntypedStorage.resize_
+
+    def resize_storage(self: Any, size: int) -> Any:
+        out = resize(self, size)
+        rec.resized(self._cdata, int(size))
+        return out
+
+    torch.UntypedStorage.resize_ = resize_storage
 
     def to_cuda(self: Any, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format) -> Any:
         # Tensor.cuda (THPVariable_cuda) sets a CUDA device guard first: go through Tensor.to.
-        dev = torch.device("cuda", 0) if device is None or isinstance(device, int) else torch.device(device)
+        dev = torch.device("cuda", _current_device() if device is None else device) if device is None or isinstance(device, int) else torch.device(device)
         return self.to(device=dev, non_blocking=non_blocking, memory_format=memory_format)
 
     def pin_memory(self: Any, device: Any = None) -> Any:
@@ -537,7 +618,7 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
         # the CPU, then move it through the dispatcher.
         def make(data: Any, *a: Any, device: Any = None, **k: Any) -> Any:
             if device is not None and torch.device(device).type == "cuda":
-                return original(data, *a, **k).to(torch.device(device) if torch.device(device).index is not None else torch.device("cuda", 0))
+                return original(data, *a, **k).to(torch.device(device) if torch.device(device).index is not None else torch.device("cuda", _current_device()))
             return original(data, *a, device=device, **k)
 
         make.__name__ = original.__name__
@@ -614,6 +695,15 @@ def _patch_module_apply(torch: Any) -> None:
     setattr(module_mod.Module, "_apply", _apply)  # noqa: B010 (mypy: a method)
 
 
+def _nogpu_devices() -> int:
+    """``torch.cuda.device_count()``: the stand-in's (ALLOCREPLAY_NOGPU_DEVICES, else a
+    torchrun worker's LOCAL_WORLD_SIZE: its node's GPUs; default 1)."""
+    try:
+        return max(1, int(os.environ.get("ALLOCREPLAY_NOGPU_DEVICES") or os.environ.get("LOCAL_WORLD_SIZE") or "1"))
+    except ValueError:
+        return 1
+
+
 def _distinct(fn: Any, name: str) -> Any:
     """A function object of its own for each name: torch._dynamo's rules map each torch.cuda
     function object to one rule, and refuse one object under two names."""
@@ -684,6 +774,11 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
     cuda_type = "cuda"
     add_tensor = torch.ops.aten.add.Tensor
     is_non_overlapping_and_dense = extras._dense
+
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    def is_wrapper(t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) and is_traceable_wrapper_subclass(t)
 
     value_ops = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default}
     cpu = torch.device("cpu")
@@ -876,7 +971,7 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
     def new_fake(r: Any) -> Any:
         with torch._C._DisableTorchDispatch():
             meta = torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device="meta")
-        f = converter.from_meta_and_device(fake, meta, torch.device("cuda", 0))
+        f = converter.from_meta_and_device(fake, meta, torch.device("cuda", _current_device()))
         vars(f)["_ng_value"] = r
         return f
 
@@ -884,6 +979,12 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             flat, _ = tree_flatten((args, kwargs))
+            if any(is_wrapper(a) for a in flat):
+                # A wrapper subclass (DTensor: FSDP2's parameters, gradients and optimizer
+                # state) dispatches its operator to the tensors it wraps: let it (returning
+                # NotImplemented hands the operator to the subclass, this mode still active), so
+                # that what it makes of the fake tensors inside comes back here and is recorded.
+                return NotImplemented
             if not on_cuda(flat, kwargs):
                 made = host_factory(func, args, kwargs)
                 return func(*args, **kwargs) if made is None else made
@@ -970,15 +1071,19 @@ def make_mode(torch: Any, rec: Recorder, unknown: str) -> Any:
 class NoGpuSession:
     """Started by ``_pytorch.TorchRecorder`` when the capture is ``--no-gpu``."""
 
-    def __init__(self, torch: Any, device: tuple[str, int, tuple[int, int], int], unknown: str = "error") -> None:
+    def __init__(self, torch: Any, device: tuple[str, int, tuple[int, int], int], unknown: str = "error", dist: tuple[int, int] | None = None) -> None:
+        """``dist``: (rank, world size) under ``--world-size`` (``_nogpu_dist``)."""
         self.torch = torch
-        self.rec = Recorder(*device)
+        self.dist = dist
+        self.rec = Recorder(*device, trace_device=dist[0] if dist else 0)
         patch_torch_cuda(torch, self.rec)
         from torch.utils._python_dispatch import _push_mode
 
-        from . import _nogpu_extras
+        from . import _nogpu_dist, _nogpu_extras
 
         _nogpu_extras.patch(torch, self.rec)
+        if dist is not None:
+            _nogpu_dist.patch(torch, *dist)
         self.mode = make_mode(torch, self.rec, unknown)
         _push_mode(self.mode)
 

@@ -101,10 +101,11 @@ class TorchRecorder(FrameworkRecorder):
             self.torch.cuda.set_per_process_memory_fraction = set_per_process_memory_fraction
 
     def _start_no_gpu(self) -> None:
-        from . import _nogpu
+        from . import _nogpu, _nogpu_dist
 
         opts = self.session.config.no_gpu or {}
-        self.no_gpu = _nogpu.NoGpuSession(self.torch, _nogpu.parse_device(opts.get("device")), opts.get("unknown", "error"))
+        dist = _nogpu_dist.config_of(opts)
+        self.no_gpu = _nogpu.NoGpuSession(self.torch, _nogpu.parse_device(opts.get("device")), opts.get("unknown", "error"), dist)
         self._start_tags(self.no_gpu.rec)
         self.status.update(gpu=False, recording=True, reason=None, no_gpu=True)
         self.session.keep_atexit_last()
@@ -240,9 +241,16 @@ class TorchRecorder(FrameworkRecorder):
                 },
             }
         )
-        path = self.path(f"torch-{pid}-dev0.json")
+        dev = rec.trace_device
+        if ng.dist is not None:
+            from . import _nogpu_dist
+
+            meta["device"] = dev
+            meta["no_gpu"].update(rank=ng.dist[0], world_size=ng.dist[1])
+            meta["no_gpu"]["modelled"] += list(_nogpu_dist.MODELLED)
+        path = self.path(f"torch-{pid}-dev{dev}.json")
         write_json(path, meta)
-        self.artifacts.append({"framework": self.name, "kind": "pytorch_snapshot", "raw": os.path.basename(raw), "devices": {"0": os.path.basename(path)}})
+        self.artifacts.append({"framework": self.name, "kind": "pytorch_snapshot", "raw": os.path.basename(raw), "devices": {str(dev): os.path.basename(path)}})
 
     def _start_tags(self, rec: Any) -> None:
         """Tags storages by category as the program runs (``_tags``); a no-GPU allocation is
@@ -253,7 +261,7 @@ class TorchRecorder(FrameworkRecorder):
             return None if got is None else int(got[0])
 
         try:
-            self.tagger: _tags.StorageTagger | None = _tags.StorageTagger(self.torch, address, device=0)
+            self.tagger: _tags.StorageTagger | None = _tags.StorageTagger(self.torch, address, device=rec.trace_device)
             self.tagger.install()
         except Exception as e:
             self.tagger = None

@@ -18,13 +18,26 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from allocreplay.capture import _hook
 from allocreplay.capture._convert import Outcome, convert, keep_xla_dump
 from allocreplay.errors import CaptureError
 
 HOOK_PACKAGE = "_allocreplay_capture"
-HOOK_FILES = ("_hook.py", "_recorder.py", "_pytorch.py", "_jax.py", "_tf.py", "_nogpu.py", "_nogpu_extras.py", "_devices.py", "_tags.py", "_cudnn_h200.json.xz")
+HOOK_FILES = (
+    "_hook.py",
+    "_recorder.py",
+    "_pytorch.py",
+    "_jax.py",
+    "_tf.py",
+    "_nogpu.py",
+    "_nogpu_extras.py",
+    "_nogpu_dist.py",
+    "_devices.py",
+    "_tags.py",
+    "_cudnn_h200.json.xz",
+)
 XLA_DUMP_FLAGS = ("--xla_dump_hlo_as_proto", "--xla_dump_hlo_as_text")
 
 SITECUSTOMIZE = f"""\
@@ -193,7 +206,7 @@ def no_gpu_env(env: dict[str, str], hook: str) -> dict[str, str]:
     return env
 
 
-def check_no_gpu(no_gpu: dict[str, str] | None, framework: str) -> None:
+def check_no_gpu(no_gpu: dict[str, Any] | None, framework: str) -> None:
     if no_gpu is None:
         return
     from allocreplay.capture import _nogpu
@@ -216,7 +229,7 @@ def run(
     max_entries: int = 1_000_000,
     stacks: str = "python",
     keep_raw: bool = False,
-    no_gpu: dict[str, str] | None = None,
+    no_gpu: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     log: str | None = None,
     cwd: str | None = None,
@@ -257,7 +270,7 @@ def run(
         rc = run_child(command, child, log, cwd)
         result.exit_code = rc
         result.xla_dump = keep_xla_dump(raw_dump, stem + ".xla_dump")
-        outcome = convert(raw_dir, out, keep_raw=keep_raw, xla_dump=result.xla_dump)
+        outcome = convert(_ranks_merged(raw_dir) if no_gpu is not None else raw_dir, out, keep_raw=keep_raw, xla_dump=result.xla_dump)
         result.outcome = outcome
         if not outcome.manifests:
             why = f"the recording hook never ran: {command[0]} started no Python, or its Python ignores PYTHONPATH (python -I / -E) or site (python -S)"
@@ -276,6 +289,19 @@ def run(
         shutil.rmtree(hook, ignore_errors=True)
         if not keep_raw:
             shutil.rmtree(raw_dir, ignore_errors=True)
+
+
+def _ranks_merged(raw_dir: str) -> str:
+    """A ``--no-gpu`` command that started the ranks of a job itself (``torchrun``: each worker a
+    rank, ``_nogpu_dist``): their captures merged into one (``RAW/merged``, one trace whose
+    device R is rank R), else ``raw_dir`` as it is."""
+    from allocreplay.capture import _merge
+
+    if len({dev for _, _, dev, _ in _merge.rank_artifacts(raw_dir)}) < 2:
+        return raw_dir
+    merged = os.path.join(raw_dir, "merged")
+    _merge.merge_raw([raw_dir], merged)
+    return merged
 
 
 def _nothing_seen(outcome: Outcome, framework: str) -> str:

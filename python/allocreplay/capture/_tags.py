@@ -54,6 +54,14 @@ METADATA_KEY = "storage_tags"
 """The key of the capture's ``.json`` (so ``metadata["extra"]["capture"]["storage_tags"]``)."""
 
 
+def _is_wrapper(t: Any) -> bool:
+    try:
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+    except ImportError:
+        return False
+    return bool(is_traceable_wrapper_subclass(t))
+
+
 class StorageTagger:
     """Collects the addresses of tagged allocations. ``address(storage)`` gives the address of
     a live recorded allocation (None: not one, a CPU storage)."""
@@ -70,6 +78,16 @@ class StorageTagger:
     # --- tagging
     def tag(self, t: Any, category: str) -> None:
         if not isinstance(t, self.torch.Tensor):
+            return
+        if _is_wrapper(t):
+            # A wrapper subclass (DTensor: FSDP2's parameters, gradients and optimizer state)
+            # holds no storage: the tensors it wraps do (__tensor_flatten__ names them).
+            try:
+                inner, _ = t.__tensor_flatten__()
+            except Exception:
+                return
+            for name in inner:
+                self.tag(getattr(t, name, None), category)
             return
         try:
             if t.device.type != "cuda":

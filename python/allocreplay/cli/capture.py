@@ -58,6 +58,15 @@ import click
     show_default=True,
     help="--no-gpu: when the program reads a value computed on the GPU (.item(), if t.any(), a generation loop's stopping test): stop with an error naming the line, or read it as zeros (the lines are listed in the trace's metadata).",
 )
+@click.option(
+    "--world-size",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="--no-gpu: run the command as a rank of an N-rank distributed job (torchrun's RANK, WORLD_SIZE, LOCAL_RANK... set); its process group completes collectives without communicating (docs/distributed.md).",
+)
+@click.option("--rank", type=click.IntRange(min=0), default=None, metavar="R", help="--world-size: the rank to capture (default 0); its trace is device R.")
+@click.option("--all-ranks", is_flag=True, help="--world-size: capture every rank, one process each; one trace, device R = rank R.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
 def capture_cmd(
     out: str,
@@ -68,6 +77,9 @@ def capture_cmd(
     no_gpu: bool,
     device_memory: str | None,
     unknown_values: str,
+    world_size: int | None,
+    rank: int | None,
+    all_ranks: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (python train.py ...) unchanged with allocation recording on from its first
@@ -82,8 +94,22 @@ def capture_cmd(
 
     if not no_gpu and (device_memory is not None or unknown_values != "error"):
         raise click.UsageError("--device-memory and --unknown-values go with --no-gpu")
+    if world_size is None and (rank is not None or all_ranks):
+        raise click.UsageError("--rank and --all-ranks go with --world-size")
+    if world_size is not None and not no_gpu:
+        raise click.UsageError("--world-size goes with --no-gpu (a real multi-GPU job: allocreplay capture -o run.arrow -- torchrun ...)")
+    if rank is not None and all_ranks:
+        raise click.UsageError("--rank and --all-ranks exclude each other")
     ng = {"device": device_memory or "h200", "unknown": unknown_values} if no_gpu else None
-    result = _runner.run(list(command), out, framework=framework, max_entries=max_entries, stacks=stacks, keep_raw=keep_raw, no_gpu=ng)
+    if ng is not None and world_size is not None:
+        from allocreplay.capture import _ranks
+
+        ranks = list(range(world_size)) if all_ranks else [rank or 0]
+        result = _ranks.run(
+            list(command), out, world_size=world_size, ranks=ranks, no_gpu=ng, framework=framework, max_entries=max_entries, stacks=stacks, keep_raw=keep_raw
+        )
+    else:
+        result = _runner.run(list(command), out, framework=framework, max_entries=max_entries, stacks=stacks, keep_raw=keep_raw, no_gpu=ng)
     outcome = result.outcome
     for t in outcome.traces if outcome else []:
         click.echo(t.describe(), err=True)

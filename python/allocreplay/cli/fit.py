@@ -21,6 +21,7 @@ Examples:
   allocreplay fit --device a100-40gb --vary batch_size=1:1024 -- python train.py --batch-size {batch_size}
   allocreplay fit --capacity 24GiB --vary seq_len=128:16384 --step 128 -- python train.py --seq {seq_len}
   allocreplay fit --device h100-80gb --vary seq_len=1024,2048,4096 --vary batch_size=1:256 -- python train.py --seq {seq_len} --bs {batch_size}
+  allocreplay fit --device a100-80gb --world-size 2,4,8 --vary batch_size=1:256 -- python train_fsdp.py --bs {batch_size}
 """
 
 
@@ -94,6 +95,12 @@ def _env_pair(text: str) -> tuple[str, str]:
     metavar="SPEC",
     help="Also replay under this allocator setting (pytorch:expandable_segments:True); repeatable. The defaults are always replayed.",
 )
+@click.option(
+    "--world-size",
+    "world_size",
+    metavar="N|V1,V2,...",
+    help="A distributed job (DDP, FSDP2): capture every rank of an N-rank job at each candidate (capture --no-gpu --world-size N --all-ranks), at each of these world sizes; a candidate fits when every rank fits (docs/distributed.md).",
+)
 @click.option("--no-tune", is_flag=True, help="Do not search for the best setting (`tune`) at each candidate.")
 @click.option("--no-check", is_flag=True, help="Do not try the two values above each first failure (the check that a larger value does not fit either).")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="A variable for the command ({NAME} substituted); repeatable.")
@@ -134,6 +141,7 @@ def fit_cmd(
     vary: tuple[str, ...],
     values: str | None,
     step: int | None,
+    world_size: str | None,
     settings: tuple[str, ...],
     no_tune: bool,
     no_check: bool,
@@ -169,6 +177,7 @@ def fit_cmd(
         _output.target(out)  # a missing folder, a directory, a block device: refused now
     env_map = dict(_env_pair(e) for e in env)
     vals = list(parse_values(values, "--values")) if values else None
+    sizes = list(parse_values(world_size, "--world-size")) if world_size else None
     started = time.monotonic()
 
     # A progress line on a terminal (allocreplay.progress.Bar: redrawn in place, erased at the
@@ -221,6 +230,7 @@ def fit_cmd(
                 use_cache=not no_cache,
                 progress=say,
                 started=began,
+                world_size=sizes,
             )
     except KeyboardInterrupt:
         kept = os.path.abspath(cache_dir or default_cache_dir())
