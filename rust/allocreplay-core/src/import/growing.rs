@@ -44,9 +44,8 @@ pub(crate) struct Growing {
 
 // SAFETY: the buffer is written by one thread (`read_rest`) beyond `filled` only, and read by
 // any thread below `filled` only (see the module's documentation); the rest is atomics and a
-// mutex.
+// mutex. (Shared with the reader of a scoped thread; never sent: not `Send`.)
 unsafe impl Sync for Growing {}
-unsafe impl Send for Growing {}
 
 impl Growing {
     /// An empty buffer for `total` bytes.
