@@ -99,6 +99,8 @@ def main() -> None:
     for trace in traces:
         best: dict[tuple[str, str, str], float] = {}
         ratios: dict[str, list[float]] = {}
+        # (load, pickle.loads) seconds per round: the ratio moves with either.
+        seconds: dict[str, list[tuple[float, float]]] = {}
         events = 0
         for rnd in range(a.rounds):
             for name, folder in builds:
@@ -116,6 +118,7 @@ def main() -> None:
                     events = m["events"]
                     if m["what"] == "import":
                         ratios.setdefault(name, []).append(m["pickle_s"] / m["load_s"])
+                        seconds.setdefault(name, []).append((m["load_s"], m["pickle_s"]))
                         continue
                     rate = m["events"] / m["seconds"] / 1e6
                     key = (name, m["what"], m["mode"])
@@ -130,6 +133,9 @@ def main() -> None:
             print(f"| {policy} | " + " | ".join(cells) + " |")
         if ratios:
             print("| import vs `pickle.loads` (rounds) | " + " | ".join(f"{' / '.join(f'{r:.2f}x' for r in ratios.get(n, []))} | " for n in names) + "|")
+            for n in names:
+                rounds = " / ".join(f"{load * 1e3:.0f} vs {pick * 1e3:.0f}" for load, pick in seconds.get(n, []))
+                print(f"\n{n}: `load` vs `pickle.loads`, ms per round: {rounds}")
 
 
 if __name__ == "__main__":

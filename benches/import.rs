@@ -20,6 +20,9 @@ use allocreplay_core::import::pickle::{self, Pickle, Value};
 use allocreplay_core::import::pytorch::import_snapshot;
 use allocreplay_core::import::{load, ImportOptions};
 
+/// The keys the PyTorch importer stores history entries under as records (its `ENTRY_KEYS`).
+const ENTRY_KEYS: [&str; 8] = ["action", "addr", "size", "stream", "time_us", "frames", "compile_context", "user_metadata"];
+
 fn shared_pytorch() -> PathBuf {
     let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces/pytorch"));
     assert!(p.is_dir(), "missing {} (shared/ must sit beside the repository)", p.display());
@@ -289,20 +292,30 @@ fn bench_file(path: &Path, runs: usize) {
         println!("{}: {n} events  load {:.0} ms  = {:.2} M events/s", path.display(), load_s * 1e3, n as f64 / load_s / 1e6);
         return;
     }
+    if std::env::var("ALLOCREPLAY_BENCH_STAGES").is_ok_and(|s| s == "records") {
+        // The importer's parse alone, the file already in memory (for `perf record`).
+        let data = decompress(path, std::fs::read(path).unwrap()).unwrap();
+        let (s, _) = best_of(runs, || pickle::parse_with_records(&data, &ENTRY_KEYS).map(|p| p.root).unwrap());
+        println!("{}: parse (records) {:.0} ms", path.display(), s * 1e3);
+        return;
+    }
     let (read_s, raw) = best_of(runs, || std::fs::read(path).unwrap());
     let (dec_s, data) = best_of(runs, || decompress(path, raw.clone()).unwrap());
     drop(raw);
     let (parse_s, _) = best_of(runs, || pickle::parse(&data).map(|p| p.root).unwrap());
+    // What the importer runs: the history entries stored as records (pytorch::ENTRY_KEYS).
+    let (records_s, _) = best_of(runs, || pickle::parse_with_records(&data, &ENTRY_KEYS).map(|p| p.root).unwrap());
     let (import_s, t) = best_of(runs, || import_snapshot(path, &data, &opts).unwrap());
     let n = t.num_events();
     drop((t, data));
     let (load_s, _) = best_of(runs, || load(path, &opts).unwrap().num_events());
     println!(
-        "{}: {n} events  read {:.0} ms  decompress(+copy) {:.0} ms  parse {:.0} ms  import {:.0} ms  load {:.0} ms  = {:.2} M events/s",
+        "{}: {n} events  read {:.0} ms  decompress(+copy) {:.0} ms  parse {:.0} ms  parse (records) {:.0} ms  import {:.0} ms  load {:.0} ms  = {:.2} M events/s",
         path.display(),
         read_s * 1e3,
         dec_s * 1e3,
         parse_s * 1e3,
+        records_s * 1e3,
         import_s * 1e3,
         load_s * 1e3,
         n as f64 / load_s / 1e6

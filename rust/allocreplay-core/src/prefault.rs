@@ -123,7 +123,7 @@ fn helper(s: &Shared) {
 
 /// Populates the pages of [start, end) for writing; false when the kernel does not support it.
 #[cfg(target_os = "linux")]
-fn populate(start: usize, end: usize) -> bool {
+pub(crate) fn populate(start: usize, end: usize) -> bool {
     // SAFETY: MADV_POPULATE_WRITE only maps pages of the range (as a write fault would, without
     // the write): no memory content changes whatever the range holds (see the module's
     // documentation); a range that is no longer mapped fails with ENOMEM.
@@ -137,7 +137,7 @@ fn populate(start: usize, end: usize) -> bool {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn populate(_start: usize, _end: usize) -> bool {
+pub(crate) fn populate(_start: usize, _end: usize) -> bool {
     false
 }
 

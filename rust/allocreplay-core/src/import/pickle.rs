@@ -10,6 +10,7 @@ use std::fmt;
 
 use rustc_hash::FxHashMap;
 
+use super::growing::Growing;
 use crate::prefault::Prefaulter;
 
 /// One decoded value. Containers and strings are indices into the `Pickle` arena, so a value
@@ -96,6 +97,14 @@ impl<'a> Pickle<'a> {
             }
             _ => None,
         }
+    }
+
+    /// The parse of a file read as it was parsed ([`parse_growing`]), its `data` made the whole
+    /// file once it is read (`data` starts with the prefix parsed: the same buffer, longer).
+    pub(crate) fn with_whole_input(mut self, data: &'a [u8]) -> Self {
+        assert!(std::ptr::eq(data.as_ptr(), self.data.as_ptr()) && data.len() >= self.data.len(), "not the parsed input");
+        self.data = data;
+        self
     }
 
     /// Frees the arenas on another thread (`prefault::drop_in_background`): for the large
@@ -422,7 +431,7 @@ fn pairs_of(values: &[Value]) -> impl ExactSizeIterator<Item = (Value, Value)> +
 
 /// Parses `data` as a pickle of plain data.
 pub fn parse(data: &[u8]) -> Result<Pickle<'_>, PickleError> {
-    Parser::new(data, &[], None).run()
+    Parser::new(data, data.len(), &[], None, None).run()
 }
 
 /// [`parse`], storing the dicts whose keys are all among `keys` (at most [`RECORD_FIELDS`]
@@ -439,7 +448,20 @@ pub fn parse_with_records<'a>(data: &'a [u8], keys: &[&str]) -> Result<Pickle<'a
 /// `prefault`'s thread (slots 0 to [`ARENA_SLOTS`] - 1).
 pub(crate) fn parse_prefaulted<'a>(data: &'a [u8], keys: &[&str], prefault: Option<&Prefaulter>) -> Result<Pickle<'a>, PickleError> {
     assert!(keys.len() <= RECORD_FIELDS, "at most {RECORD_FIELDS} record keys");
-    Parser::new(data, keys, prefault).run()
+    Parser::new(data, data.len(), keys, prefault, None).run()
+}
+
+/// [`parse_prefaulted`] of a file still being read into `input` by another thread: the parser
+/// reads what is filled and waits for more where it needs it (a frame whole, or bytes beyond
+/// what is filled). The same values result as from the whole file's bytes. `Pickle::data` is
+/// then the prefix read up to the STOP: [`Pickle::with_whole_input`] gives it the whole file
+/// once it is read. An error may come from bytes cut short by a failed read: the read's error
+/// is the one to report then ([`Growing::finish`]).
+pub(crate) fn parse_growing<'a>(input: &'a Growing, keys: &[&str], prefault: Option<&Prefaulter>) -> Result<Pickle<'a>, PickleError> {
+    assert!(keys.len() <= RECORD_FIELDS, "at most {RECORD_FIELDS} record keys");
+    // The first bytes before the start's check.
+    let filled = input.wait_for(16);
+    Parser::new(input.prefix(filled), input.total(), keys, prefault, Some(input)).run()
 }
 
 /// Prefaulter slots the parser uses.
@@ -466,6 +488,12 @@ struct Parser<'a, 'k> {
     /// Memo keys far beyond the dense ones (legal: Python's memo is a dict). Kept apart so that
     /// a key of 4 billion does not allocate 64 GB.
     sparse_memo: FxHashMap<usize, Value>,
+    /// The input's length: `p.data`'s, or the whole file's while `source` still reads it (the
+    /// arenas' sizes and the dense memo's bound come from it, as from a whole input).
+    input_len: usize,
+    /// The reader filling the input when it is parsed as it is read (`p.data` is the prefix
+    /// read so far, extended by [`Parser::more`]).
+    source: Option<&'a Growing>,
 }
 
 fn corrupt(msg: String) -> PickleError {
@@ -476,12 +504,18 @@ const KEY_UNSEEN: u8 = u8::MAX;
 const KEY_OTHER: u8 = u8::MAX - 1;
 
 impl<'a, 'k> Parser<'a, 'k> {
-    fn new(data: &'a [u8], record_keys: &'k [&'k str], prefault: Option<&'k Prefaulter>) -> Self {
+    fn new(
+        data: &'a [u8],
+        input_len: usize,
+        record_keys: &'k [&'k str],
+        prefault: Option<&'k Prefaulter>,
+        source: Option<&'a Growing>,
+    ) -> Self {
         // Sized from the input so that the arenas rarely grow by copying: a snapshot pickle
         // holds about one dict item per 12 bytes and one memo entry per 40 (measured on the
         // shared captures). Capped: pages never touched cost nothing, but a huge reservation
         // could be refused.
-        let hint = |per_byte: usize, cap: usize| (data.len() / per_byte).min(cap);
+        let hint = |per_byte: usize, cap: usize| (input_len / per_byte).min(cap);
         let mut dicts = Arena::default();
         dicts.items.reserve(hint(10, 1 << 25));
         dicts.ranges.reserve(hint(80, 1 << 24));
@@ -510,6 +544,8 @@ impl<'a, 'k> Parser<'a, 'k> {
             marks: Vec::with_capacity(16),
             memo,
             sparse_memo: FxHashMap::default(),
+            input_len,
+            source,
         }
     }
 
@@ -518,11 +554,42 @@ impl<'a, 'k> Parser<'a, 'k> {
         let data = self.p.data;
         // `n` comes from the file (up to 2**64 - 1 for BINUNICODE8): no overflow.
         if n > data.len() - self.pos {
-            return Err(corrupt(format!("pickle ends at byte {} in the middle of an opcode (truncated file?)", data.len())));
+            return self.take_more(n);
         }
         let s = &data[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
+    }
+
+    /// [`Parser::take`] of bytes beyond `p.data`: there while the input is still being read,
+    /// else the input ends in the middle of an opcode.
+    #[cold]
+    #[inline(never)]
+    fn take_more(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
+        while n > self.p.data.len() - self.pos {
+            if !self.more(self.pos.saturating_add(n)) {
+                return Err(corrupt(format!("pickle ends at byte {} in the middle of an opcode (truncated file?)", self.p.data.len())));
+            }
+        }
+        let s = &self.p.data[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    /// Waits for the input to reach `want` bytes (or more than it holds now, if less) while it
+    /// is being read, and extends `p.data` to what is read; false when nothing more is to come
+    /// (`p.data` is all there is, or the read failed).
+    #[cold]
+    #[inline(never)]
+    fn more(&mut self, want: usize) -> bool {
+        let Some(source) = self.source else { return false };
+        let have = self.p.data.len();
+        let filled = source.wait_for(want.max(have + 1));
+        if filled <= have {
+            return false;
+        }
+        self.p.data = source.prefix(filled);
+        true
     }
 
     #[inline]
@@ -539,15 +606,21 @@ impl<'a, 'k> Parser<'a, 'k> {
     }
 
     fn line(&mut self) -> Result<&'a [u8], PickleError> {
-        let data = self.p.data;
         let start = self.pos;
-        let end = data[start..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .map(|i| start + i)
-            .ok_or_else(|| corrupt("pickle ends inside a text opcode (truncated file?)".into()))?;
-        self.pos = end + 1;
-        Ok(&data[start..end])
+        // Where the search goes on after waiting for more of the input.
+        let mut from = start;
+        loop {
+            let data = self.p.data;
+            if let Some(i) = data[from..].iter().position(|&b| b == b'\n') {
+                let end = from + i;
+                self.pos = end + 1;
+                return Ok(&data[start..end]);
+            }
+            from = data.len();
+            if !self.more(data.len() + 1) {
+                return Err(corrupt("pickle ends inside a text opcode (truncated file?)".into()));
+            }
+        }
     }
 
     #[inline]
@@ -661,13 +734,13 @@ impl<'a, 'k> Parser<'a, 'k> {
 
     #[inline(always)]
     fn memo_put(&mut self, idx: usize, v: Value) {
-        if idx == self.memo.len() && idx < self.p.data.len() {
+        if idx == self.memo.len() && idx < self.input_len {
             // MEMOIZE: the next key.
             let f = self.pack(v);
             self.memo.push(f);
         } else if idx < self.memo.len() {
             self.memo[idx] = self.pack(v);
-        } else if idx - self.memo.len() < (1 << 16) && idx < self.p.data.len() {
+        } else if idx - self.memo.len() < (1 << 16) && idx < self.input_len {
             // Dense up to the input's size (a pickler numbers memo entries from 0, at most one
             // per byte); keys beyond go to the sparse map, so growing keys can't make the memo
             // larger than the input.
@@ -905,7 +978,7 @@ impl<'a, 'k> Parser<'a, 'k> {
     #[inline(always)]
     fn fast_memoize(&mut self, data: &[u8], f: u64) -> Option<()> {
         if data.get(self.pos) == Some(&0x94) {
-            if self.memo.len() >= data.len() {
+            if self.memo.len() >= self.input_len {
                 return None;
             }
             self.pos += 1;
@@ -918,7 +991,7 @@ impl<'a, 'k> Parser<'a, 'k> {
     fn fast_record_items(&mut self, data: &'a [u8], dict: usize) -> Option<()> {
         let dict_u32 = u32::try_from(dict).ok()?;
         // MEMOIZE of the dict (required: the pickler always writes it), MARK.
-        if self.fast_byte(data)? != 0x94 || self.memo.len() >= data.len() {
+        if self.fast_byte(data)? != 0x94 || self.memo.len() >= self.input_len {
             return None;
         }
         self.memo.push(pack_index(dict_u32, P_DICT));
@@ -1214,7 +1287,6 @@ impl<'a, 'k> Parser<'a, 'k> {
     /// frame that starts inside the previous one (`frame_end`, which it moves).
     #[inline(always)]
     fn load_frame(&mut self, frame_end: &mut usize) -> Result<(), PickleError> {
-        let data = self.p.data;
         let at = self.pos - 1;
         // A frame is 64 KiB: where a long parse looks at its cancellation token
         // (`crate::cancel`; the importer turns this into `Error::Cancelled`).
@@ -1225,6 +1297,12 @@ impl<'a, 'k> Parser<'a, 'k> {
             return Err(corrupt(format!("FRAME at byte {at} begins before the previous frame ends (byte {frame_end})")));
         }
         let len = self.u64le()?;
+        // A frame is read whole before its opcodes (the fast paths read within one frame).
+        let end = self.pos.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
+        if end > self.p.data.len() {
+            self.more(end);
+        }
+        let data = self.p.data;
         if len > (data.len() - self.pos) as u64 {
             return Err(corrupt(format!(
                 "FRAME at byte {at} declares {len} bytes but only {} follow (truncated file?)",
@@ -1569,6 +1647,53 @@ mod tests {
                 assert_eq!(parse(&good[..i]).map(|p| p.to_json(p.root)), parse_with_records(&good[..i], &keys).map(|p| p.to_json(p.root)));
             }
         }
+    }
+
+    /// `parse_growing` of `bytes` fed in pieces of 1 to 16 bytes by another thread, ending with
+    /// `end` (Ok: all of `bytes`; an error: a read that failed after them): its JSON.
+    fn parse_fed(bytes: &[u8], total: usize, end: crate::error::Result<()>, keys: &[&str]) -> Result<serde_json::Value, PickleError> {
+        let g = Growing::new(total);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut at = 0;
+                while at < bytes.len() {
+                    let n = (1 + at * 7 % 16).min(bytes.len() - at);
+                    g.feed(&bytes[at..at + n]);
+                    at += n;
+                    std::thread::yield_now();
+                }
+                g.end(end);
+            });
+            parse_growing(&g, keys, None).and_then(|p| p.to_json(p.root))
+        })
+    }
+
+    #[test]
+    fn a_pickle_parsed_as_it_is_read_is_the_pickle() {
+        // pickle.dumps({'a': [1, -2, 3.5], 'b': ('x', None, True), 'c': 140035194093568}, protocol=4)
+        let framed: &[u8] = b"\x80\x04\x955\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01a\x94]\x94(K\x01J\xfe\xff\xff\xffG@\x0c\x00\x00\x00\x00\x00\x00e\x8c\x01b\x94\x8c\x01x\x94N\x88\x87\x94\x8c\x01c\x94\x8a\x06\x00\x00\x00|\x5c\x7fu.";
+        // Snapshot-shaped entries (records, their straight-line path), and text opcodes (a
+        // line read across pieces).
+        let shared: &[u8] = b"\x80\x04\x95\xdd\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\rdevice_traces\x94]\x94]\x94(}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04addr\x94\x8a\x06\x00\xc0DJT\x7f\x8c\x04size\x94M\x00\x02\x8c\x06frames\x94]\x94}\x94(\x8c\x04name\x94\x8c\x01f\x94\x8c\x04line\x94K\x03uau}\x94(h\x05h\x06h\x07\x8a\x06\x00\xc2DJT\x7fh\x08Jp\x11\x01\x00\x8c\x06stream\x94J\xff\xff\xff\xff\x8c\x07time_us\x94Nh\t]\x94(h\x0bh\x0beu}\x94(h\x05\x8c\x0efree_requested\x94h\x07\x8a\x06\x00\xc0DJT\x7fh\x08M\x00\x02h\th\nh\x10\x8a\x06\x00\x00\x00\x00\x00\x01ueas.";
+        let text: &[u8] = b"\x80\x02]q\x00(I12345678901\nF2.5\nI01\ne.";
+        let keys = ["action", "addr", "size", "stream", "time_us", "frames", "compile_context", "user_metadata"];
+        for bytes in [framed, shared, text] {
+            let whole = parse_with_records(bytes, &keys).and_then(|p| p.to_json(p.root));
+            assert!(whole.is_ok());
+            assert_eq!(parse_fed(bytes, bytes.len(), Ok(()), &keys), whole);
+            // Every cut: the whole read's error (the file's end mid-pickle), never a hang or
+            // a panic; and a read that fails there ends the parse too.
+            for cut in 1..bytes.len() {
+                let short = parse_with_records(&bytes[..cut], &keys).and_then(|p| p.to_json(p.root));
+                assert_eq!(parse_fed(&bytes[..cut], cut, Ok(()), &keys), short, "cut at {cut}");
+                assert!(parse_fed(&bytes[..cut], bytes.len(), Err(crate::error::Error::Cancelled), &keys).is_err(), "cut at {cut}");
+            }
+        }
+        // A frame that declares more than the file holds, read in pieces.
+        let mut lying = framed.to_vec();
+        lying[3] = 0x77;
+        let e = parse_fed(&lying, lying.len(), Ok(()), &keys).unwrap_err();
+        assert_eq!(Err(e), parse(&lying).map(|p| p.root));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use rustc_hash::FxHashMap;
 use std::path::Path;
 
+use super::growing::Growing;
 use super::pickle::{self, Pickle, PickleError, Value};
 use super::{read_meta_json, ImportOptions};
 use crate::error::{Error, Result};
@@ -107,7 +108,25 @@ const BUILDER_SLOTS: usize = ENTRIES_SLOT + 1;
 
 pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result<Trace> {
     let prefault = if data.len() >= LARGE_INPUT { Prefaulter::start() } else { None };
-    let p = parse_snapshot(path, data, prefault.as_ref())?;
+    let p = parse_snapshot(path, pickle::parse_prefaulted(data, &ENTRY_KEYS, prefault.as_ref()), prefault.as_ref())?;
+    import_parsed(path, data, p, prefault, opts)
+}
+
+/// [`import_snapshot`] of a file that `input`'s reader is still reading: parsed as it is read
+/// (`pickle::parse_growing`), then imported from the whole file's bytes. A failed read (the
+/// file shrank, an I/O error, a cancelled call) is reported rather than the parse's error on
+/// the bytes it cut short.
+pub(crate) fn import_growing(path: &Path, input: &Growing, opts: &ImportOptions) -> Result<Trace> {
+    let prefault = if input.total() >= LARGE_INPUT { Prefaulter::start() } else { None };
+    let parsed = pickle::parse_growing(input, &ENTRY_KEYS, prefault.as_ref());
+    input.finish()?;
+    let data = input.prefix(input.total());
+    let p = parse_snapshot(path, parsed.map(|p| p.with_whole_input(data)), prefault.as_ref())?;
+    import_parsed(path, data, p, prefault, opts)
+}
+
+/// The trace of a parsed snapshot (`data`: the pickle's bytes).
+fn import_parsed(path: &Path, data: &[u8], p: Pickle<'_>, prefault: Option<Prefaulter>, opts: &ImportOptions) -> Result<Trace> {
     let bad = |m: String| Error::format(path, m);
     let traces = device_traces(&p, path)?;
 
@@ -156,9 +175,14 @@ pub fn import_snapshot(path: &Path, data: &[u8], opts: &ImportOptions) -> Result
 }
 
 /// The pickle of a snapshot, parsed with its history entries stored as records
-/// ([`ENTRY_KEYS`]); the parser's prefaulter slots are released once it is done.
-fn parse_snapshot<'a>(path: &Path, data: &'a [u8], prefault: Option<&Prefaulter>) -> Result<Pickle<'a>> {
-    let p = pickle::parse_prefaulted(data, &ENTRY_KEYS, prefault).map_err(|e| match e {
+/// ([`ENTRY_KEYS`]), its error as the load's; the parser's prefaulter slots are released once
+/// it is done.
+fn parse_snapshot<'a>(
+    path: &Path,
+    parsed: std::result::Result<Pickle<'a>, PickleError>,
+    prefault: Option<&Prefaulter>,
+) -> Result<Pickle<'a>> {
+    let p = parsed.map_err(|e| match e {
         _ if crate::cancel::requested() => Error::Cancelled,
         PickleError::Corrupt(m) => Error::format(path, m),
         PickleError::Unsafe(m) => Error::unsafe_pickle(path, m),
