@@ -60,13 +60,12 @@ def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None,
                 f"{bfc.get('allocator_name')} (BFC, limit {gib(bfc.get('memory_limit'))}); recorded peak in use {gib(bfc.get('final_peak_bytes_in_use'))}",
             )
         )
-    if md.get("seeded"):
-        rows.append(("seeded", f"history truncated: {info.seed_allocs:,} live allocations and {info.seed_segments:,} segments from the final state"))
+    # A truncated history's seed is the first of what the recording assumes (issue 29).
     rows.extend(("assumed", a) for a in info.assumed)
     rows += [
         ("peak live requested", gib(info.peak_live_requested_bytes)),
         (
-            "recorded peak reserved",
+            "recorded peak reserved" + (" (the recorded part)" if md.get("seeded") else ""),
             gib(info.recorded_peak_reserved_bytes) if info.recorded_peak_reserved_bytes is not None else "- (no segments recorded)",
         ),
         ("duration", "-" if info.duration_s is None else f"{info.duration_s:.3f} s"),
