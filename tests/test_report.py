@@ -146,3 +146,17 @@ def test_the_plot_y_axis_fits_the_data(tmp_path):
     assert "above the chart" in ax.get_title()
     fig = timeline_figure(allocreplay.replay(t, ["pytorch"], "3GiB"))
     assert any("capacity 3.00 GiB" in (line.get_label() or "") for line in fig.axes[0].get_lines())
+
+
+def test_a_truncated_history_s_report_says_what_it_assumes(tmp_path):
+    # traces/truncated (issue 29 item 2): the recording starts mid-run; the report must say so
+    # and name its peak the recorded part's, as replay and validate do.
+    out = tmp_path / "t.html"
+    run = run_subprocess("report", TRACES / "truncated" / "trunc_train_fp32_medium.pickle.xz", "-p", "pytorch", "-o", out)
+    assert run.code == 0, run.err
+    text = out.read_text()
+    assert "<b>Assumed:</b> the history starts mid-run" in text
+    assert "the recorded part&#x27;s peak reserved" in text or "the recorded part's peak reserved" in text
+    whole = tmp_path / "w.html"
+    assert run_subprocess("report", TRACES / "two_streams__default.pickle.xz", "-p", "pytorch", "-o", whole).code == 0
+    assert "Assumed:" not in whole.read_text()

@@ -367,6 +367,9 @@ def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: st
             + "</div>"
         )
     info = trace.info()
+    # What the recording cannot show (a truncated history's start, ...): said, not hidden (issue 29).
+    assumed_html = "".join(f"<p><b>Assumed:</b> {html.escape(a)}</p>" for a in info.assumed)
+    whose = "the recorded part's" if info.seed_allocs or info.seed_segments else "the recorded run's"
     limit_html = "".join(
         f"<br>Limit of device {d}: {'none' if cap is None else f'{cap:,} bytes ({_gib(cap)})'} — {html.escape(analysis.CAPACITY_SOURCES.get(src, src))}."
         for d, cap, src in analysis.limits(trace, capacity).iter_rows()
@@ -393,8 +396,9 @@ td:nth-child(2), td:last-child {{ text-align: left; max-width: 420px; }}
 </head>
 <body>
 <h1>allocreplay report: {html.escape(title)}</h1>
-<p>{info["events"]:,} events on device(s) {", ".join(map(str, info["devices"]))}; the recorded run's peak reserved: {_gib(info["recorded_peak_reserved_bytes"])}.
+<p>{info["events"]:,} events on device(s) {", ".join(map(str, info["devices"]))}; {whose} peak reserved: {_gib(info["recorded_peak_reserved_bytes"])}.
 Policies replayed: {html.escape(", ".join(result.summary["policy"].unique(maintain_order=True).to_list()))}.{limit_html}</p>
+{assumed_html}
 <h2>Policies, best first</h2>
 {table}
 {failed_html}
