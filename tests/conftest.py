@@ -7,8 +7,10 @@ checked.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import lzma
+import os
 import pickle
 import subprocess
 import sys
@@ -88,3 +90,18 @@ def pytest_configure(config: pytest.Config) -> None:
         missing = [m for m in CI_PACKAGES if importlib.util.find_spec(m) is None]
         if missing:
             raise pytest.UsageError(f"CI=true but {', '.join(missing)} not installed: .ci/run's TEST_EXTRAS must install them")
+
+
+def real_torch() -> bool:
+    """Whether the real torch is importable (``tests/fake_torch`` stands in for it elsewhere)."""
+    spec = importlib.util.find_spec("torch")
+    return spec is not None and "fake_torch" not in str(spec.origin)
+
+
+def require_torch_for_module(what: str) -> None:
+    """At a test module's top: without torch, fail in CI (which installs it) and skip elsewhere."""
+    if real_torch():
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"torch is not installed: CI must install it (.ci/run's TEST_EXTRAS) to test {what}", pytrace=False)
+    pytest.skip(f"torch is not installed here: {what} is tested where it is (CI installs it)", allow_module_level=True)

@@ -23,12 +23,11 @@ import pytest
 
 import allocreplay
 from allocreplay import analysis
-from conftest import TRACES, run_clirunner
+from conftest import TRACES, real_torch, run_clirunner
 
 
 def _need_torch() -> None:
-    spec = importlib.util.find_spec("torch")
-    if spec is not None and "fake_torch" not in str(spec.origin):
+    if real_torch():
         return
     if os.environ.get("CI") == "true":
         pytest.fail("torch is not installed: CI must install it (.ci/run's TEST_EXTRAS) to test capture --no-gpu", pytrace=False)

@@ -23,6 +23,7 @@ import pytest
 from allocreplay._fit import substitute
 from allocreplay._fit._search import Axis, Search, monotonicity_breaks, parse_vary
 from allocreplay.errors import InvalidArgumentError
+from conftest import real_torch
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO / "tests" / "data" / "fit_workload.py"
@@ -118,16 +119,11 @@ def test_bad_vary_and_substitution():
 # --- the command, end to end ------------------------------------------------------------------
 
 
-def _real_torch() -> bool:
-    spec = importlib.util.find_spec("torch")
-    return spec is not None and "fake_torch" not in str(spec.origin)
-
-
-needs_torch = pytest.mark.skipif(not _real_torch() and os.environ.get("CI") != "true", reason="torch is not installed here (CI installs it)")
+needs_torch = pytest.mark.skipif(not real_torch() and os.environ.get("CI") != "true", reason="torch is not installed here (CI installs it)")
 
 
 def _ar(*args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    if not _real_torch():
+    if not real_torch():
         pytest.fail("torch is not installed: CI must install it to test fit", pytrace=False)
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
     return subprocess.run([sys.executable, "-m", "allocreplay", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -288,7 +284,7 @@ def test_ctrl_c_keeps_the_captures_that_finished(tmp_path):
     import signal
     import time
 
-    if not _real_torch():
+    if not real_torch():
         pytest.fail("torch is not installed: CI must install it to test fit", pytrace=False)
     cache = tmp_path / "cache"
     env = {**os.environ, "FIT_WORKLOAD_SLEEP": "120"}
@@ -327,7 +323,7 @@ def test_the_python_api_returns_a_polars_table_and_the_answer(fitted):
     import allocreplay
 
     tmp, result, _ = fitted
-    if not _real_torch():
+    if not real_torch():
         pytest.fail("torch is not installed: CI must install it to test fit", pytrace=False)
     # The same candidates as the CLI run, from its cache: nothing is captured again.
     got = allocreplay.fit(

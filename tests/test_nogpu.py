@@ -9,7 +9,6 @@ the real run's (../shared/traces/pytorch/gpt2_train__default.json, `reserved_byt
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,20 +20,12 @@ import pytest
 
 import allocreplay
 from allocreplay.capture import _nogpu
-from conftest import shared
+from conftest import require_torch_for_module, shared
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _real_torch() -> bool:
-    spec = importlib.util.find_spec("torch")
-    return spec is not None and "fake_torch" not in str(spec.origin)
-
-
-if not _real_torch():
-    if os.environ.get("CI") == "true":
-        pytest.fail("torch is not installed: CI must install it (.ci/run's TEST_EXTRAS) to test capture --no-gpu", pytrace=False)
-    pytest.skip("torch is not installed here: capture --no-gpu is tested where it is (CI installs it)", allow_module_level=True)
+require_torch_for_module("capture --no-gpu")
 
 
 def capture(tmp: Path, script: str, *opts: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:

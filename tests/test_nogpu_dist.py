@@ -10,7 +10,6 @@ and traces/dist/ (one H200: DDP and FSDP2 at world size 1, scripts/dist/one_gpu.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import lzma
 import math
@@ -25,22 +24,14 @@ from pathlib import Path
 import pytest
 
 import allocreplay
-from conftest import SHARED_PYTORCH, shared
+from conftest import SHARED_PYTORCH, require_torch_for_module, shared
 
 REPO = Path(__file__).resolve().parent.parent
 DIST = REPO / "traces" / "dist"
 FSDP2_TOY = REPO / "scripts" / "dist" / "fsdp2_toy.py"
 
 
-def _real_torch() -> bool:
-    spec = importlib.util.find_spec("torch")
-    return spec is not None and "fake_torch" not in str(spec.origin)
-
-
-if not _real_torch():
-    if os.environ.get("CI") == "true":
-        pytest.fail("torch is not installed: CI must install it (.ci/run's TEST_EXTRAS) to test capture --no-gpu", pytrace=False)
-    pytest.skip("torch is not installed here: capture --no-gpu is tested where it is (CI installs it)", allow_module_level=True)
+require_torch_for_module("capture --no-gpu")
 
 
 def fixture(path: Path) -> Path:
