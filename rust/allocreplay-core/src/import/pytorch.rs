@@ -1099,7 +1099,7 @@ fn assume_allocator_settings(metadata: &mut TraceMetadata) {
     let version = metadata.source_version.clone().unwrap_or_else(|| "an unknown version".into());
     metadata.allocator_settings = serde_json::json!({ "PYTORCH_CUDA_ALLOC_CONF": conf });
     metadata.extra.insert(
-        "allocator_settings_assumed".into(),
+        crate::trace::SETTINGS_ASSUMED.into(),
         format!(
             "the snapshot records no allocator_settings (an older PyTorch layout); assumed the defaults of PyTorch ({version}){}",
             if conf.is_empty() { String::new() } else { format!(" with PYTORCH_CUDA_ALLOC_CONF={conf} from the capture's .json") }

@@ -187,7 +187,7 @@ pub fn assumptions(metadata: &TraceMetadata, seed_allocs: usize, seed_segments: 
             "the history starts mid-run (cut by the recorder's max_entries, or recording began late): the {seed_allocs} allocations and {seed_segments} segments live before its first entry are seeded from the final state, and peaks are those of the recorded part of the run; the run's earlier peaks are unknown"
         ));
     }
-    for key in ["allocator_settings_assumed", super::RELEASES_ASSUMED] {
+    for key in [super::SETTINGS_ASSUMED, super::RELEASES_ASSUMED] {
         if let Some(s) = metadata.extra.get(key).and_then(|v| v.as_str()) {
             out.push(s.to_string());
         }

@@ -40,6 +40,9 @@ pub struct TraceMetadata {
 /// Metadata `extra` key: what an importer could not tell about the history's releases of cached
 /// segments (the PyTorch importer's `note_unsure_releases`); `TraceInfo::assumed` lists it.
 pub const RELEASES_ASSUMED: &str = "releases_assumed";
+/// Metadata `extra` key: the allocator settings an importer assumed where the source recorded
+/// none (the PyTorch importer's `assume_allocator_settings`).
+pub const SETTINGS_ASSUMED: &str = "allocator_settings_assumed";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeviceInfo {

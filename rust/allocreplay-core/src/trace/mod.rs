@@ -18,7 +18,7 @@ pub use builder::{EventRow, TraceBuilder};
 pub use frames::{FrameInterner, FrameTable};
 pub use ipc::{read_arrow, read_arrow_bytes, trace_from_batches, write_arrow, write_arrow_to, TraceFileWriter, WriteError};
 pub use mapped::{Batches, MappedTrace};
-pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION, RELEASES_ASSUMED};
+pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION, RELEASES_ASSUMED, SETTINGS_ASSUMED};
 pub use tile::{tile, tile_to_file};
 
 use arrow_array::cast::AsArray;

@@ -174,7 +174,7 @@ pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> 
         num_ooms_recorded: ooms_recorded,
         num_ooms_replayed: s.num_ooms,
         no_addresses,
-        settings_assumed: trace.metadata.extra.get("allocator_settings_assumed").and_then(|v| v.as_str()).map(str::to_string),
+        settings_assumed: trace.metadata.extra.get(crate::trace::SETTINGS_ASSUMED).and_then(|v| v.as_str()).map(str::to_string),
         assumed: info.assumed.clone(),
         seeded,
         ok,
