@@ -7,6 +7,7 @@ use super::layout::{DoesNotFit, Layout, Placed, SlotInfo, AHEAD};
 use super::query::{prefetch, Scratch};
 use super::{BufferInterval, HeapPlan, Strategy, CANCEL_EVERY, MAX_HEAP};
 use crate::huge_pages;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 /// `ChooseBestHeapAlgorithm` over kSpatial and kTemporal, as
 /// `BufferAssigner::AssignBuffersWithSequentialOrdering`'s `get_heap_algorithm` builds it:
@@ -46,11 +47,33 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
             let keys = s.spawn(|| packed_order(intervals, Strategy::Spatial));
             (Planner::new(intervals, alignment), join(keys))
         });
-        std::thread::scope(|s| {
-            let temporal = s.spawn(|| crate::cancel::within(token, || planner.run(Strategy::Temporal, offsets)));
-            let spatial = planner.run_in(planner.order(Strategy::Spatial, spatial_keys), offsets);
+        // Each order gives up once its heap can no longer win against the other's finished
+        // one (kTemporal wins only with a smaller heap, kSpatial ties too): the plan chosen is
+        // the same, but the loser, which would be dropped, stops where it has lost. Whichever
+        // order stops, the other finished (an order publishes its bound only once done).
+        let (spatial_stop, temporal_stop) = (AtomicI64::new(i64::MAX), AtomicI64::new(i64::MAX));
+        let (spatial, temporal) = std::thread::scope(|s| {
+            let temporal = s.spawn(|| {
+                crate::cancel::within(token, || {
+                    let plan = planner.run_below(Strategy::Temporal, offsets, &temporal_stop);
+                    if let Some(p) = &plan {
+                        // kSpatial loses only with a larger heap.
+                        spatial_stop.store(p.heap_size.saturating_add(1), Ordering::Relaxed);
+                    }
+                    plan
+                })
+            });
+            let spatial = planner.run_in_below(planner.order(Strategy::Spatial, spatial_keys), offsets, &spatial_stop);
+            if let Some(p) = &spatial {
+                temporal_stop.store(p.heap_size, Ordering::Relaxed);
+            }
             (spatial, join(temporal))
-        })
+        });
+        match (spatial, temporal) {
+            (Some(spatial), Some(temporal)) => (spatial, temporal),
+            (Some(plan), None) | (None, Some(plan)) => return plan,
+            (None, None) => unreachable!("an order stops only once the other finished"),
+        }
     } else {
         let planner = Planner::new(intervals, alignment);
         let spatial = planner.run(Strategy::Spatial, offsets);
@@ -64,7 +87,7 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
         }
         // kTemporal wins only with a smaller heap: it stops once its heap reaches kSpatial's
         // (on the generate captures, about two thirds of the way through its placements).
-        match planner.run_below(Strategy::Temporal, offsets, spatial.heap_size) {
+        match planner.run_below(Strategy::Temporal, offsets, &AtomicI64::new(spatial.heap_size)) {
             Some(temporal) => (spatial, temporal),
             None => return spatial,
         }
@@ -180,12 +203,13 @@ impl<'a> Planner<'a> {
 
     /// One order's plan; `offsets`: whether to return each interval's offset and chunk size.
     fn run(&self, strategy: Strategy, offsets: bool) -> HeapPlan {
-        self.run_below(strategy, offsets, i64::MAX).expect("no heap reaches i64::MAX")
+        self.run_below(strategy, offsets, &AtomicI64::new(i64::MAX)).expect("no heap reaches i64::MAX")
     }
 
-    /// [`Planner::run`], given up (`None`) as soon as the heap reaches `stop_at`: a plan that
-    /// only wins with a smaller heap than one already made is not worth finishing.
-    fn run_below(&self, strategy: Strategy, offsets: bool, stop_at: i64) -> Option<HeapPlan> {
+    /// [`Planner::run`], given up (`None`) as soon as the heap reaches `stop_at` (read as it
+    /// places: the other order's thread may lower it): a plan that only wins with a smaller
+    /// heap than one already made is not worth finishing.
+    fn run_below(&self, strategy: Strategy, offsets: bool, stop_at: &AtomicI64) -> Option<HeapPlan> {
         self.run_in_below(self.order(strategy, packed_order(self.iv, strategy)), offsets, stop_at)
     }
 
@@ -197,13 +221,8 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// The plan of placing in `order`.
-    fn run_in(&self, order: Order, offsets: bool) -> HeapPlan {
-        self.run_in_below(order, offsets, i64::MAX).expect("no heap reaches i64::MAX")
-    }
-
     /// The plan of placing in `order`, or `None` once the heap reaches `stop_at`.
-    fn run_in_below(&self, order: Order, offsets: bool, stop_at: i64) -> Option<HeapPlan> {
+    fn run_in_below(&self, order: Order, offsets: bool, stop_at: &AtomicI64) -> Option<HeapPlan> {
         if self.layout.compact_slots() {
             if let Ok(plan) = self.place::<Compact>(&order, offsets, stop_at) {
                 return plan;
@@ -262,7 +281,7 @@ impl<'a> Planner<'a> {
     /// Places the intervals in `order` with list entries of type `C`; `offsets`: whether to
     /// keep each one's offset and chunk size (colocations need them anyway). `Ok(None)`: the
     /// heap reached `stop_at` (placing stopped there).
-    fn place<C: Chunk>(&self, order: &Order, offsets: bool, stop_at: i64) -> Result<Option<HeapPlan>, DoesNotFit> {
+    fn place<C: Chunk>(&self, order: &Order, offsets: bool, stop_at: &AtomicI64) -> Result<Option<HeapPlan>, DoesNotFit> {
         let at = &self.layout.at[..];
         let n = if offsets || !self.colo.is_empty() { self.iv.len() } else { 0 };
         if crate::cancel::requested() {
@@ -311,7 +330,7 @@ impl<'a> Planner<'a> {
             let offset = self.find_chunk_candidate(&mut placed, &mut scratch, job);
             // CommitChunkAndInterval: the chunk of the largest colocation, for all of them.
             heap_size = heap_size.max(offset + max_colocation_size);
-            if heap_size >= stop_at {
+            if heap_size >= stop_at.load(Ordering::Relaxed) {
                 return Ok(None);
             }
             if heap_size > MAX_HEAP {

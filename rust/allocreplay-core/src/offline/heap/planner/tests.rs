@@ -119,9 +119,9 @@ fn run_below_stops_when_the_heap_reaches_its_limit() {
     let planner = Planner::new(&ivs, 1);
     for strategy in [Strategy::Spatial, Strategy::Temporal] {
         let full = plan_with(&ivs, 1, strategy);
-        assert_eq!(planner.run_below(strategy, true, full.heap_size + 1).as_ref(), Some(&full));
-        assert_eq!(planner.run_below(strategy, true, full.heap_size), None);
-        assert_eq!(planner.run_below(strategy, false, 1), None);
+        assert_eq!(planner.run_below(strategy, true, &AtomicI64::new(full.heap_size + 1)).as_ref(), Some(&full));
+        assert_eq!(planner.run_below(strategy, true, &AtomicI64::new(full.heap_size)), None);
+        assert_eq!(planner.run_below(strategy, false, &AtomicI64::new(1)), None);
     }
 }
 
