@@ -740,7 +740,19 @@ impl MaxTree {
 
     fn set(&mut self, i: usize, v: u64) {
         let mut i = i + self.n;
-        self.t[i] = v;
+        let old = std::mem::replace(&mut self.t[i], v);
+        if v >= old {
+            // A larger value: each ancestor below it takes it, without reading its other
+            // child; the first that is not below it already holds it or more.
+            while i > 1 {
+                i /= 2;
+                if self.t[i] >= v {
+                    break;
+                }
+                self.t[i] = v;
+            }
+            return;
+        }
         while i > 1 {
             i /= 2;
             let m = self.t[2 * i].max(self.t[2 * i + 1]);
