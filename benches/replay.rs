@@ -40,8 +40,11 @@ fn main() {
         .map(String::from)
         .to_vec(),
     };
-    // What `allocreplay.replay()` asks for: a timeline of at most 2,000 points, no placements.
-    let opts = ReplayOptions { timeline: Some(2000), ..ReplayOptions::default() };
+    // What `allocreplay.replay()` asks for: a timeline of at most 2,000 points, no placements
+    // (built when read), and a core to spare for the addresses of a policy that never reads
+    // them (`ALLOCREPLAY_BENCH_IN_LINE=1`: none).
+    let in_line = std::env::var_os("ALLOCREPLAY_BENCH_IN_LINE").is_some();
+    let opts = ReplayOptions { timeline: Some(2000), defer_addresses: !in_line, ..ReplayOptions::default() };
     for spec in &specs {
         let spec = spec.as_str();
         let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(device), capacity: None };

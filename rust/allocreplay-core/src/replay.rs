@@ -270,8 +270,11 @@ fn run_jobs(source: Source<'_>, specs: &[PolicySpec], req: &ReplayRequest) -> Re
             jobs.push(Job { spec, device: d, explicit, limit: device_limit, source, error });
         }
     }
-    let threads =
-        if req.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { req.threads }.min(jobs.len()).max(1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = if req.threads == 0 { cores } else { req.threads }.min(jobs.len()).max(1);
+    // Fewer replays than cores: a policy that never reads its addresses places them on one of
+    // the idle ones (`ReplayOptions::defer_addresses`).
+    let defer_addresses = jobs.len() < cores;
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<Run>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let work = || loop {
@@ -309,6 +312,7 @@ fn run_jobs(source: Source<'_>, specs: &[PolicySpec], req: &ReplayRequest) -> Re
                     timeline: Some(req.timeline_points),
                     placements: req.placements,
                     device_events: false,
+                    defer_addresses,
                 };
                 let mut hooks = Hooks { progress, ..Default::default() };
                 source.replay(*d, p.as_mut(), &opts, &mut hooks).map(|replay| Run {

@@ -171,7 +171,7 @@ impl AddressSpace {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct DeviceMemory {
     /// Bytes the policy may reserve in all (a cap or the device's total memory); `u64::MAX`
     /// means unlimited.
@@ -192,6 +192,8 @@ pub struct DeviceMemory {
     pub event: usize,
     /// Device events made, when the engine asked for them.
     pub log: Option<Vec<DeviceEvent>>,
+    /// Addresses placed on a helper thread ([`DeviceMemory::defer`]).
+    deferred: Option<Box<super::deferred::Deferred>>,
 }
 
 impl DeviceMemory {
@@ -206,6 +208,35 @@ impl DeviceMemory {
             num_free: 0,
             event: 0,
             log: None,
+            deferred: None,
+        }
+    }
+
+    /// From now on `malloc` returns tokens, unique stand-ins for addresses, and the driver's
+    /// placement runs on a helper thread (`device::deferred`): for a policy whose decisions
+    /// never read the addresses it is given. False when no thread could be started.
+    pub(crate) fn defer(&mut self) -> bool {
+        debug_assert!(self.hints.is_empty() && self.log.is_none(), "validate and device events need addresses in line");
+        self.deferred = super::deferred::Deferred::start().map(Box::new);
+        self.deferred.is_some()
+    }
+
+    /// Whether addresses are deferred ([`DeviceMemory::defer`]).
+    pub(crate) fn is_deferred(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// The end of a deferred replay: the address the model gave each live token, or `None`
+    /// when the replay must run again with addresses in line (the address space refused a
+    /// request: the sequential replay would have seen an OOM there).
+    pub(crate) fn settle(&mut self) -> Option<rustc_hash::FxHashMap<u64, u64>> {
+        self.deferred.take()?.settle()
+    }
+
+    #[cold]
+    fn not_deferred(&mut self) {
+        if let Some(d) = self.deferred.as_mut() {
+            d.unsupported();
         }
     }
 
@@ -239,7 +270,10 @@ impl DeviceMemory {
         if !self.fits(size) {
             return None;
         }
-        let addr = self.pick_address(size)?;
+        let addr = match self.deferred.as_mut() {
+            Some(d) => d.malloc(size),
+            None => self.pick_address(size)?,
+        };
         self.used += size;
         self.num_malloc += 1;
         self.record(Action::SegmentAlloc, addr, size);
@@ -256,6 +290,7 @@ impl DeviceMemory {
 
     /// `malloc` at a given address (validate: a region placed where the trace shows it).
     pub fn malloc_at(&mut self, addr: u64, size: u64) -> Option<u64> {
+        self.not_deferred();
         if !self.fits(size) {
             return None;
         }
@@ -275,11 +310,13 @@ impl DeviceMemory {
 
     /// Reserves a virtual range (expandable segments: no physical memory, no capacity).
     pub fn reserve_virtual(&mut self, size: u64) -> u64 {
+        self.not_deferred();
         self.va.reserve(size)
     }
 
     /// Maps `size` bytes of physical memory at `addr` (`cuMemMap`); `false` over capacity.
     pub fn map(&mut self, addr: u64, size: u64) -> bool {
+        self.not_deferred();
         if !self.fits(size) {
             return false;
         }
@@ -290,6 +327,7 @@ impl DeviceMemory {
     }
 
     pub fn unmap(&mut self, addr: u64, size: u64) {
+        self.not_deferred();
         self.used = self.used.saturating_sub(size);
         self.num_free += 1;
         self.record(Action::SegmentUnmap, addr, size);
@@ -307,7 +345,10 @@ impl DeviceMemory {
         self.used = self.used.saturating_sub(size);
         self.num_free += 1;
         self.record(Action::SegmentFree, addr, size);
-        self.va.free(addr);
+        match self.deferred.as_mut() {
+            Some(d) => d.free(addr),
+            None => self.va.free(addr),
+        }
     }
 }
 

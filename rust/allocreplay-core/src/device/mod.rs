@@ -3,6 +3,7 @@
 //! ([`DeviceEvent`]). Below both the policies, which allocate from it, and the engine, which
 //! drives them; it knows neither.
 
+mod deferred;
 pub mod memory;
 mod range_tree;
 pub mod stats;

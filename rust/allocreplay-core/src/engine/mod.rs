@@ -25,6 +25,10 @@ pub struct ReplayOptions {
     pub placements: bool,
     /// Keep the device events (segment allocs/frees, maps/unmaps) the policy made.
     pub device_events: bool,
+    /// A core is free for the driver's address placement of a policy that never reads its
+    /// addresses ([`Policy::places_without_addresses`]): it then runs on a helper thread
+    /// (`DeviceMemory::defer`), with the same result.
+    pub defer_addresses: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +133,44 @@ pub fn replay_device_hooked(
     opts: &ReplayOptions,
     hooks: &mut Hooks<'_>,
 ) -> DeviceReplay {
+    // Addresses deferred: only where nothing reads them during the replay (placements,
+    // validate's recorded ones, device events, a state mid-run) and the trace is long enough
+    // for a second thread to pay.
+    let defer = opts.defer_addresses
+        && policy.places_without_addresses()
+        && !opts.placements
+        && !opts.recorded_addresses
+        && !opts.device_events
+        && hooks.stop_after.is_none()
+        && trace.num_events() >= DEFER_FROM;
+    if defer {
+        if let Some(r) = replay_device_once(trace, device, policy, opts, hooks, true) {
+            return r;
+        }
+        // The modelled address space refused a request, which the replay did not see: again,
+        // with the addresses in line (the rows walked are counted again).
+        if let Some(p) = hooks.progress {
+            p.fetch_sub(trace.num_events() as u64, Ordering::Relaxed);
+        }
+        let restarted = policy.restart();
+        debug_assert!(restarted, "a policy that places without addresses restarts");
+    }
+    replay_device_once(trace, device, policy, opts, hooks, false).expect("addresses in line settle")
+}
+
+/// Events from which [`ReplayOptions::defer_addresses`] starts a helper thread (below, the
+/// thread costs about what it saves).
+const DEFER_FROM: usize = 50_000;
+
+/// One pass of [`replay_device_hooked`]; `None` when `defer`red addresses did not settle.
+fn replay_device_once(
+    trace: &Trace,
+    device: i32,
+    policy: &mut dyn DrivenPolicy,
+    opts: &ReplayOptions,
+    hooks: &mut Hooks<'_>,
+    defer: bool,
+) -> Option<DeviceReplay> {
     let start = Instant::now();
     let c = trace.columns();
     let n = trace.num_events();
@@ -145,8 +187,12 @@ pub fn replay_device_hooked(
     };
     let mut r = DeviceReplayer::new(device, policy, opts, max_id, requests);
     r.state.start = start;
+    if defer {
+        // No thread to be had: the addresses are placed in line.
+        r.state.dev.defer();
+    }
     r.feed(trace.batch(), 0, hooks);
-    r.finish()
+    r.finish_settled()
 }
 
 /// One device's replay, fed the trace's record batches in order ([`DeviceReplayer::feed`]):
@@ -209,6 +255,22 @@ impl<'p> DeviceReplayer<'p> {
     /// call was cancelled (`crate::cancel`: then the caller's result is `Error::Cancelled`).
     pub fn feed(&mut self, batch: &RecordBatch, base: usize, hooks: &mut Hooks<'_>) -> bool {
         self.policy.replay_rows(&mut self.state, batch, base, hooks)
+    }
+
+    /// [`DeviceReplayer::finish`] of a replay whose addresses may have been deferred: its
+    /// segments at the addresses the model gave them, or `None` when the address space refused
+    /// a request (the replay must run again with the addresses in line).
+    fn finish_settled(mut self) -> Option<DeviceReplay> {
+        if !self.state.dev.is_deferred() {
+            return Some(self.finish());
+        }
+        let real = self.state.dev.settle()?;
+        let mut r = self.finish();
+        for s in &mut r.segments {
+            s.addr = *real.get(&s.addr)?;
+        }
+        r.segments.sort_by_key(|s| s.addr);
+        Some(r)
     }
 
     /// The replay's result, once every batch was fed (or the replay stopped).
@@ -591,6 +653,9 @@ pub fn downsample(points: Vec<TimelinePoint>, max_points: usize) -> Vec<Timeline
         })
         .collect()
 }
+
+#[cfg(test)]
+mod deferred_tests;
 
 #[cfg(test)]
 mod tests {

@@ -421,6 +421,17 @@ impl Policy for CudaMalloc {
         &self.stats
     }
 
+    /// Pages and large allocations are found by index and id, never by address: the driver's
+    /// placement (`DeviceMemory`'s address space) only shows in the segments and placements.
+    fn places_without_addresses(&self) -> bool {
+        true
+    }
+
+    fn restart(&mut self) -> bool {
+        *self = CudaMalloc::new();
+        true
+    }
+
     fn segments(&self) -> Vec<SegmentInfo> {
         let mut out: Vec<SegmentInfo> = self
             .large

@@ -166,4 +166,18 @@ pub trait Policy {
     fn blocks(&self) -> Option<Vec<BlockInfo>> {
         None
     }
+
+    /// Whether the policy's decisions never read the addresses `DeviceMemory` hands it (they
+    /// only go into its placements and segments, as `cuda-malloc`'s do): the engine may then
+    /// place its device memory on a helper thread (`DeviceMemory::defer`). Such a policy can
+    /// start over ([`Policy::restart`]).
+    fn places_without_addresses(&self) -> bool {
+        false
+    }
+
+    /// Back to the state it was built in, for a replay run again; false when the policy
+    /// cannot (every policy whose [`Policy::places_without_addresses`] is false).
+    fn restart(&mut self) -> bool {
+        false
+    }
 }

@@ -91,6 +91,7 @@ pub fn validate_bfc(trace: &Trace, device: i32, spec: Option<&str>) -> Result<Bf
         timeline: Some(0),
         placements: true,
         device_events: false,
+        defer_addresses: false,
     };
     // A replay cut short by a cancellation (`crate::cancel`) is an error, not a validation.
     let run = |policy: &mut dyn DrivenPolicy| {

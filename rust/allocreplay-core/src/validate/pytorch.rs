@@ -80,8 +80,14 @@ pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> 
     let (capacity, device_limit, source) = crate::replay::default_limit(trace, device, None)?;
     let ctx = PolicyContext { metadata: &trace.metadata, device: dev_info, capacity };
     let mut policy = registry::build("pytorch:recorded", &ctx)?;
-    let opts =
-        ReplayOptions { capacity: device_limit, recorded_addresses: !no_addresses, timeline: None, placements: true, device_events: true };
+    let opts = ReplayOptions {
+        capacity: device_limit,
+        recorded_addresses: !no_addresses,
+        timeline: None,
+        placements: true,
+        device_events: true,
+        ..ReplayOptions::default()
+    };
     let r = replay_device(trace, device, policy.as_mut(), &opts);
     crate::cancel::check()?;
 

@@ -1,0 +1,182 @@
+//! The driver's address placement on a helper thread, for a policy whose decisions never read
+//! the addresses it is given ([`crate::policy::Policy::places_without_addresses`]: `cuda-malloc`,
+//! whose pages and large allocations are found by index, not by address).
+//!
+//! Such a policy's summary and timeline do not depend on where the driver put its memory; only
+//! its segments table (and placements, built by a replay of their own) shows the addresses.
+//! [`DeviceMemory::defer`](super::DeviceMemory::defer) then hands the policy *tokens*, unique
+//! stand-ins bumped from a counter, and sends each `cudaMalloc` / `cudaFree` to a thread that
+//! runs the same [`AddressSpace`] in the same order. At the end the live tokens are turned into
+//! the addresses the model gave them ([`Deferred::settle`]). The capacity check stays on the
+//! replay's thread, as before; what only the address space can refuse (a request it has no room
+//! for: 15 TiB) is found by the helper, and the replay is then run again without it, so that the
+//! answer is the one the sequential replay gives in every case.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use rustc_hash::FxHashMap;
+
+use super::memory::AddressSpace;
+
+/// `cudaMalloc`s and `cudaFree`s sent to the helper at a time: (token, size) for a malloc,
+/// (token, 0) for a free.
+const BATCH: usize = 4096;
+
+/// The first token (any start works; a recognisable one reads better in a debugger).
+const FIRST_TOKEN: u64 = 1 << 48;
+
+/// The replay's side: tokens, and the calls on their way to the helper.
+pub(crate) struct Deferred {
+    next: u64,
+    ops: Vec<(u64, u64)>,
+    to_helper: Option<mpsc::Sender<Vec<(u64, u64)>>>,
+    /// Emptied batches coming back for reuse.
+    spare: mpsc::Receiver<Vec<(u64, u64)>>,
+    helper: Option<JoinHandle<Option<FxHashMap<u64, u64>>>>,
+    /// A call the helper does not model was made (or the tokens ran out): the replay must be
+    /// run again with the address space in line.
+    unsupported: bool,
+}
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deferred").field("next", &self.next).field("queued", &self.ops.len()).finish_non_exhaustive()
+    }
+}
+
+impl Deferred {
+    /// A started helper; `None` when no thread could be started (the caller then places
+    /// addresses itself).
+    pub(crate) fn start() -> Option<Deferred> {
+        let (to_helper, from_replay) = mpsc::channel::<Vec<(u64, u64)>>();
+        let (back, spare) = mpsc::channel();
+        let helper = std::thread::Builder::new()
+            .name("allocreplay-addresses".into())
+            .spawn(move || {
+                let mut va = AddressSpace::new();
+                let mut real: FxHashMap<u64, u64> = FxHashMap::default();
+                for mut batch in from_replay {
+                    for &(token, size) in &batch {
+                        if size > 0 {
+                            // `DeviceMemory::malloc`'s `self.va.malloc(size)?`.
+                            real.insert(token, va.malloc(size)?);
+                        } else if let Some(addr) = real.remove(&token) {
+                            va.free(addr);
+                        }
+                    }
+                    batch.clear();
+                    let _ = back.send(batch);
+                }
+                Some(real)
+            })
+            .ok()?;
+        Some(Deferred {
+            next: FIRST_TOKEN,
+            ops: Vec::with_capacity(BATCH),
+            to_helper: Some(to_helper),
+            spare,
+            helper: Some(helper),
+            unsupported: false,
+        })
+    }
+
+    /// `cudaMalloc(size)` (capacity already checked): its token.
+    #[inline]
+    pub(crate) fn malloc(&mut self, size: u64) -> u64 {
+        let token = self.next;
+        match self.next.checked_add(size.max(1)) {
+            Some(n) => self.next = n,
+            None => self.unsupported = true,
+        }
+        self.push((token, size.max(1)));
+        token
+    }
+
+    /// `cudaFree` of a token.
+    #[inline]
+    pub(crate) fn free(&mut self, token: u64) {
+        self.push((token, 0));
+    }
+
+    /// A call outside `malloc` / `free`: the replay is run again with the address space in line.
+    pub(crate) fn unsupported(&mut self) {
+        self.unsupported = true;
+    }
+
+    #[inline]
+    fn push(&mut self, op: (u64, u64)) {
+        self.ops.push(op);
+        if self.ops.len() >= BATCH {
+            self.send();
+        }
+    }
+
+    #[inline(never)]
+    fn send(&mut self) {
+        let fresh = self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+        let full = std::mem::replace(&mut self.ops, fresh);
+        if let Some(tx) = &self.to_helper {
+            // The helper stopped (the address space ran out): `settle` says so.
+            let _ = tx.send(full);
+        }
+    }
+
+    /// Waits for the helper: the address the model gave each live token, or `None` when the
+    /// address space refused a request (or a call it does not model was made), so that the
+    /// replay's answer is not the sequential one.
+    pub(crate) fn settle(mut self) -> Option<FxHashMap<u64, u64>> {
+        if !self.ops.is_empty() {
+            self.send();
+        }
+        drop(self.to_helper.take());
+        let real = self.helper.take()?.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+        if self.unsupported {
+            return None;
+        }
+        real
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn tokens_settle_to_the_addresses_the_model_gives_in_line() {
+        // The same calls through the helper and straight into an address space.
+        let mut d = Deferred::start().expect("a thread");
+        let mut va = AddressSpace::new();
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut rng = crate::test_rng::XorShift64::new(7);
+        for _ in 0..20_000 {
+            let x = rng.next_u64();
+            if live.len() < 8 || !x.is_multiple_of(3) {
+                let size = (1 + x % 40) * 2 * MIB;
+                live.push((d.malloc(size), va.malloc(size).expect("room")));
+            } else {
+                let (token, addr) = live.swap_remove((x >> 8) as usize % live.len());
+                d.free(token);
+                va.free(addr);
+            }
+        }
+        let real = d.settle().expect("settled");
+        assert_eq!(real.len(), live.len());
+        for (token, addr) in live {
+            assert_eq!(real[&token], addr);
+        }
+    }
+
+    #[test]
+    fn a_request_the_address_space_cannot_hold_unsettles_the_replay() {
+        let mut d = Deferred::start().expect("a thread");
+        d.malloc(1 << 50); // far beyond the modelled 15 TiB
+        assert!(d.settle().is_none());
+        let mut d = Deferred::start().expect("a thread");
+        d.malloc(2 * MIB);
+        d.unsupported();
+        assert!(d.settle().is_none());
+    }
+}
