@@ -182,6 +182,8 @@ fn replay_device_once(
     // timeline is downsampled as it is built (memory O(points), not O(events)).
     let stop = hooks.stop_after.map_or(n, |s| (s + 1).min(n));
     let requests = match opts.timeline {
+        // The whole trace's count is the trace's own, counted once for every replay of it.
+        Some(_) if stop == n => trace.timeline_requests(device),
         Some(_) => count_timeline_requests(&c, device, 0..stop),
         None => 0,
     };
@@ -557,18 +559,7 @@ fn other_row<P: Policy + ?Sized>(policy: &mut P, st: &mut ReplayState, rows: &Ro
     }
 }
 
-/// How many of the rows in `rows` add a timeline point on `device` ([`crate::trace::is_timeline_request`]).
-pub fn count_timeline_requests(c: &Columns<'_>, device: i32, rows: std::ops::Range<usize>) -> usize {
-    let (last_request, oom) = (Action::FreeCompleted as u8, Action::Oom as u8);
-    debug_assert!(Action::Alloc as u8 == 0 && Action::FreeRequested as u8 == 1);
-    // Allocs and frees (codes 0-2) in one vectorised pass. Recorded OOMs, rare, are found by
-    // memchr and counted with their device and seed bit only when there are any.
-    let mut requests = c.count_actions(device, 0..=last_request, rows.clone());
-    if c.action[rows.clone()].contains(&oom) {
-        requests += rows.filter(|&i| c.action[i] == oom && c.device[i] == device && !c.seed.value(i)).count();
-    }
-    requests
-}
+pub use crate::trace::count_timeline_requests;
 
 /// [`downsample`] as the points arrive: buckets of `total.div_ceil(max_points)` points, each
 /// kept as its maximum stamped with its last event. Called once per replayed request: the
@@ -756,7 +747,13 @@ mod tests {
         md.devices = vec![DeviceInfo { index: 0, ..Default::default() }, DeviceInfo { index: 1, ..Default::default() }];
         let trace = b.finish(md, FrameTable::default()).unwrap();
         let c = trace.columns();
+        assert_eq!(trace.devices(), vec![0, 1]);
+        assert_eq!(trace.timeline_requests(2), 0, "a device with no rows");
         for device in [0, 1] {
+            // The trace's own count, kept for every replay of it.
+            let whole = (0..200_000).filter(|&i| c.device[i] == device && is_timeline_request(c.action[i], c.seed.value(i))).count();
+            assert_eq!(trace.timeline_requests(device), whole);
+            assert_eq!(trace.timeline_requests(device), whole, "asked again");
             for rows in [0..200_000, 1..65_537, 65_535..131_073, 70_000..70_000, 199_999..200_000] {
                 let want = rows.clone().filter(|&i| c.device[i] == device && is_timeline_request(c.action[i], c.seed.value(i))).count();
                 assert_eq!(count_timeline_requests(&c, device, rows.clone()), want, "device {device} rows {rows:?}");

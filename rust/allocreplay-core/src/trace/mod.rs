@@ -26,6 +26,8 @@ use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type, UInt8Type
 use arrow_array::{Array, ArrayRef, BooleanArray, PrimitiveArray, RecordBatch};
 use arrow_schema::{Field, SchemaRef};
 
+use std::sync::OnceLock;
+
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone)]
@@ -33,6 +35,29 @@ pub struct Trace {
     pub metadata: TraceMetadata,
     pub frames: FrameTable,
     batch: RecordBatch,
+    /// What every replay asks of the (immutable) events, found once.
+    derived: Derived,
+}
+
+/// [`Trace::devices`] and [`Trace::timeline_requests`], each computed on first use.
+#[derive(Debug, Clone, Default)]
+struct Derived {
+    devices: OnceLock<Vec<i32>>,
+    /// Per device (in `devices` order): its timeline requests.
+    timeline_requests: OnceLock<Vec<usize>>,
+}
+
+/// How many of the rows in `rows` add a timeline point on `device` ([`is_timeline_request`]).
+pub fn count_timeline_requests(c: &Columns<'_>, device: i32, rows: std::ops::Range<usize>) -> usize {
+    let (last_request, oom) = (Action::FreeCompleted as u8, Action::Oom as u8);
+    debug_assert!(Action::Alloc as u8 == 0 && Action::FreeRequested as u8 == 1);
+    // Allocs and frees (codes 0-2) in one vectorised pass. Recorded OOMs, rare, are found by
+    // memchr and counted with their device and seed bit only when there are any.
+    let mut requests = c.count_actions(device, 0..=last_request, rows.clone());
+    if c.action[rows.clone()].contains(&oom) {
+        requests += rows.filter(|&i| c.action[i] == oom && c.device[i] == device && !c.seed.value(i)).count();
+    }
+    requests
 }
 
 /// Typed views of the core columns, for the replay engine's hot loop.
@@ -104,12 +129,12 @@ impl Trace {
         let frames_json = if frames.is_empty() { None } else { Some(serde_json::to_string(&frames).expect("frames serialize")) };
         let schema = schema::schema_with(extra_fields, metadata_json, frames_json);
         let batch = RecordBatch::try_new(schema, columns).map_err(|e| Error::Replay(format!("building trace: {e}")))?;
-        Ok(Trace { metadata, frames, batch })
+        Ok(Trace { metadata, frames, batch, derived: Derived::default() })
     }
 
     /// Wraps a batch already checked by `ipc::read_arrow`.
     pub(crate) fn from_checked_batch(metadata: TraceMetadata, frames: FrameTable, batch: RecordBatch) -> Trace {
-        Trace { metadata, frames, batch }
+        Trace { metadata, frames, batch, derived: Derived::default() }
     }
 
     pub fn batch(&self) -> &RecordBatch {
@@ -134,6 +159,24 @@ impl Trace {
 
     /// Distinct device indices, ascending.
     pub fn devices(&self) -> Vec<i32> {
+        self.device_list().to_vec()
+    }
+
+    fn device_list(&self) -> &[i32] {
+        self.derived.devices.get_or_init(|| self.find_devices())
+    }
+
+    /// The events of `device` that add a timeline point (`count_timeline_requests` over the
+    /// whole trace), counted at the first call for every device.
+    pub fn timeline_requests(&self, device: i32) -> usize {
+        let counts = self.derived.timeline_requests.get_or_init(|| {
+            let c = self.columns();
+            self.device_list().iter().map(|&d| count_timeline_requests(&c, d, 0..self.num_events())).collect()
+        });
+        self.device_list().iter().position(|&d| d == device).map_or(0, |i| counts[i])
+    }
+
+    fn find_devices(&self) -> Vec<i32> {
         // Every replay asks: no copy and sort of the whole column. Most traces have one device
         // (a compare over the column, vectorised); else devices are few and come in long runs:
         // the distinct values are collected as the runs change.
