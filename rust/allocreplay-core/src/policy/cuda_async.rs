@@ -523,7 +523,65 @@ struct Blocks {
     recency: MaxTree,
     next_stamp: u32,
     /// Length -> the newest freed block of exactly that length.
-    by_len: FxHashMap<u64, u32>,
+    by_len: ByLen,
+}
+
+/// [`Blocks::by_len`]: the newest freed block of each length. Lengths are multiples of
+/// [`POOL_ALIGN`] (every boundary in the pool is): those below [`ByLen::DIRECT`] are an index
+/// into a flat array, grown as longer ones come, the rest (and any other) in a hash map. A
+/// freed block is indexed on every free and every reuse: a hash and a probe each time were 7% of
+/// a replay.
+#[derive(Debug, Default)]
+struct ByLen {
+    /// By `len / POOL_ALIGN`: the block, or `NIL`.
+    direct: Vec<u32>,
+    other: FxHashMap<u64, u32>,
+}
+
+impl ByLen {
+    /// Lengths from this on go to the map (64 MiB: an array of 512 KiB at most).
+    const DIRECT: u64 = 64 << 20;
+
+    #[inline]
+    fn slot(len: u64) -> Option<usize> {
+        (len < Self::DIRECT && len.is_multiple_of(POOL_ALIGN)).then_some((len / POOL_ALIGN) as usize)
+    }
+
+    #[inline]
+    fn get(&self, len: u64) -> Option<u32> {
+        match Self::slot(len) {
+            Some(i) => self.direct.get(i).copied().filter(|&b| b != NIL),
+            None => self.other.get(&len).copied(),
+        }
+    }
+
+    /// Sets the block of `len`; the one it replaces, if any.
+    #[inline]
+    fn insert(&mut self, len: u64, b: u32) -> Option<u32> {
+        match Self::slot(len) {
+            Some(i) => {
+                if i >= self.direct.len() {
+                    self.direct.resize((i + 1).next_power_of_two(), NIL);
+                }
+                Some(std::mem::replace(&mut self.direct[i], b)).filter(|&old| old != NIL)
+            }
+            None => self.other.insert(len, b),
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, len: u64) {
+        match Self::slot(len) {
+            Some(i) => {
+                if let Some(x) = self.direct.get_mut(i) {
+                    *x = NIL;
+                }
+            }
+            None => {
+                self.other.remove(&len);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -550,7 +608,7 @@ impl Default for Blocks {
             by_stamp: Vec::new(),
             recency: MaxTree::default(),
             next_stamp: 0,
-            by_len: FxHashMap::default(),
+            by_len: ByLen::default(),
         }
     }
 }
@@ -583,7 +641,7 @@ impl Blocks {
     /// The newest freed block of exactly `len` bytes.
     #[inline]
     fn newest_of_len(&self, len: u64) -> Option<u32> {
-        self.by_len.get(&len).copied()
+        self.by_len.get(len)
     }
 
     /// The newest freed block of at least `len` bytes.
@@ -674,7 +732,7 @@ impl Blocks {
         } else if older != NIL {
             self.by_len.insert(end - start, older);
         } else {
-            self.by_len.remove(&(end - start));
+            self.by_len.remove(end - start);
         }
         self.by_stamp[stamp as usize] = NIL;
         self.recency.set(stamp as usize, 0);
@@ -792,6 +850,23 @@ impl MaxTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn by_len_keeps_one_block_per_length_in_the_array_and_the_map() {
+        let mut m = ByLen::default();
+        // Aligned and short (the array), long (the map), and unaligned (the map).
+        for len in [512, 3 * 512, ByLen::DIRECT - 512, ByLen::DIRECT, 5 << 30, 700] {
+            assert_eq!(m.get(len), None);
+            assert_eq!(m.insert(len, 1), None);
+            assert_eq!(m.get(len), Some(1));
+            assert_eq!(m.insert(len, 2), Some(1));
+            assert_eq!(m.get(len), Some(2));
+            m.remove(len);
+            assert_eq!(m.get(len), None);
+            assert_eq!(m.insert(len, 3), None, "{len}: removed means none");
+        }
+        assert_eq!((m.get(1024), m.get(ByLen::DIRECT + 512)), (None, None));
+    }
     use crate::trace::TraceMetadata;
 
     const MIB: u64 = 1 << 20;
