@@ -152,8 +152,26 @@ def resolve(path: str, here: tuple[str, ...], modules: dict[tuple[str, ...], Pat
     return best
 
 
+_TEST_MOD_FILE = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
+
+
+def test_module_files(files: list[Path]) -> set[Path]:
+    """Files of ``#[cfg(test)] mod name;`` declarations: unit tests kept out of line, left out
+    like the inline ones (with everything below them)."""
+    out: set[Path] = set()
+    for f in files:
+        base = f.parent if f.name in ("mod.rs", "lib.rs") else f.parent / f.stem
+        for name in _TEST_MOD_FILE.findall(_TOKENS.sub(_blank, f.read_text())):
+            for cand in (base / f"{name}.rs", base / name / "mod.rs"):
+                if cand.exists():
+                    out.add(cand)
+    return {f for f in files if any(f == t or (t.name == "mod.rs" and t.parent in f.parents) for t in out)}
+
+
 def graph() -> dict[tuple[str, ...], set[tuple[str, ...]]]:
     files = sorted(SRC.rglob("*.rs"))
+    tests = test_module_files(files)
+    files = [f for f in files if f not in tests]
     modules = {module_path(f): f for f in files}
     edges: dict[tuple[str, ...], set[tuple[str, ...]]] = defaultdict(set)
     for f in files:

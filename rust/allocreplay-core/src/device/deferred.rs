@@ -6,7 +6,7 @@
 //! its segments table (and placements, built by a replay of their own) shows the addresses.
 //! [`DeviceMemory::defer`](super::DeviceMemory::defer) then hands the policy *tokens*, unique
 //! stand-ins bumped from a counter, and sends each `cudaMalloc` / `cudaFree` to a thread that
-//! runs the same [`AddressSpace`] in the same order. At the end the live tokens are turned into
+//! runs the same address space (`memory::AddressSpace`) in the same order. At the end the live tokens are turned into
 //! the addresses the model gave them ([`Deferred::settle`]). The capacity check stays on the
 //! replay's thread, as before; what only the address space can refuse (a request it has no room
 //! for: 15 TiB) is found by the helper, and the replay is then run again without it, so that the
@@ -17,7 +17,14 @@ use std::thread::JoinHandle;
 
 use rustc_hash::FxHashMap;
 
-use super::memory::AddressSpace;
+/// What the helper runs: the driver's placement (`memory::AddressSpace`), as `DeviceMemory`
+/// calls it.
+pub(crate) trait Placement: Send + 'static {
+    /// `cudaMalloc(size)`'s address, or `None` when there is no room.
+    fn malloc(&mut self, size: u64) -> Option<u64>;
+    /// `cudaFree(addr)`.
+    fn free(&mut self, addr: u64);
+}
 
 /// `cudaMalloc`s and `cudaFree`s sent to the helper at a time: (token, size) for a malloc,
 /// (token, 0) for a free.
@@ -46,15 +53,14 @@ impl std::fmt::Debug for Deferred {
 }
 
 impl Deferred {
-    /// A started helper; `None` when no thread could be started (the caller then places
-    /// addresses itself).
-    pub(crate) fn start() -> Option<Deferred> {
+    /// A helper started on `va`; `None` when no thread could be started (the caller then
+    /// places addresses itself).
+    pub(crate) fn start(mut va: impl Placement) -> Option<Deferred> {
         let (to_helper, from_replay) = mpsc::channel::<Vec<(u64, u64)>>();
         let (back, spare) = mpsc::channel();
         let helper = std::thread::Builder::new()
             .name("allocreplay-addresses".into())
             .spawn(move || {
-                let mut va = AddressSpace::new();
                 let mut real: FxHashMap<u64, u64> = FxHashMap::default();
                 for mut batch in from_replay {
                     for &(token, size) in &batch {
@@ -140,6 +146,7 @@ impl Deferred {
 
 #[cfg(test)]
 mod tests {
+    use super::super::memory::AddressSpace;
     use super::*;
 
     const MIB: u64 = 1 << 20;
@@ -147,7 +154,7 @@ mod tests {
     #[test]
     fn tokens_settle_to_the_addresses_the_model_gives_in_line() {
         // The same calls through the helper and straight into an address space.
-        let mut d = Deferred::start().expect("a thread");
+        let mut d = Deferred::start(AddressSpace::new()).expect("a thread");
         let mut va = AddressSpace::new();
         let mut live: Vec<(u64, u64)> = Vec::new();
         let mut rng = crate::test_rng::XorShift64::new(7);
@@ -171,10 +178,10 @@ mod tests {
 
     #[test]
     fn a_request_the_address_space_cannot_hold_unsettles_the_replay() {
-        let mut d = Deferred::start().expect("a thread");
+        let mut d = Deferred::start(AddressSpace::new()).expect("a thread");
         d.malloc(1 << 50); // far beyond the modelled 15 TiB
         assert!(d.settle().is_none());
-        let mut d = Deferred::start().expect("a thread");
+        let mut d = Deferred::start(AddressSpace::new()).expect("a thread");
         d.malloc(2 * MIB);
         d.unsupported();
         assert!(d.settle().is_none());

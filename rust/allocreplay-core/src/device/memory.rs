@@ -73,6 +73,15 @@ pub struct AddressSpace {
     reserve_next: u64,
 }
 
+impl super::deferred::Placement for AddressSpace {
+    fn malloc(&mut self, size: u64) -> Option<u64> {
+        AddressSpace::malloc(self, size)
+    }
+    fn free(&mut self, addr: u64) {
+        AddressSpace::free(self, addr)
+    }
+}
+
 impl Default for AddressSpace {
     fn default() -> Self {
         Self::new()
@@ -217,7 +226,7 @@ impl DeviceMemory {
     /// never read the addresses it is given. False when no thread could be started.
     pub(crate) fn defer(&mut self) -> bool {
         debug_assert!(self.hints.is_empty() && self.log.is_none(), "validate and device events need addresses in line");
-        self.deferred = super::deferred::Deferred::start().map(Box::new);
+        self.deferred = super::deferred::Deferred::start(AddressSpace::new()).map(Box::new);
         self.deferred.is_some()
     }
 
