@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 
 /// What the helper runs: the driver's placement (`memory::AddressSpace`), as `DeviceMemory`
 /// calls it.
-pub(crate) trait Placement: Send + 'static {
+pub(crate) trait AddressPlacer: Send + 'static {
     /// `cudaMalloc(size)`'s address, or `None` when there is no room.
     fn malloc(&mut self, size: u64) -> Option<u64>;
     /// `cudaFree(addr)`.
@@ -55,7 +55,7 @@ impl std::fmt::Debug for Deferred {
 impl Deferred {
     /// A helper started on `va`; `None` when no thread could be started (the caller then
     /// places addresses itself).
-    pub(crate) fn start(mut va: impl Placement) -> Option<Deferred> {
+    pub(crate) fn start(mut va: impl AddressPlacer) -> Option<Deferred> {
         let (to_helper, from_replay) = mpsc::channel::<Vec<(u64, u64)>>();
         let (back, spare) = mpsc::channel();
         let helper = std::thread::Builder::new()

@@ -73,7 +73,7 @@ pub struct AddressSpace {
     reserve_next: u64,
 }
 
-impl super::deferred::Placement for AddressSpace {
+impl super::deferred::AddressPlacer for AddressSpace {
     fn malloc(&mut self, size: u64) -> Option<u64> {
         AddressSpace::malloc(self, size)
     }

@@ -189,8 +189,9 @@ fn replay_device_once(
     };
     let mut r = DeviceReplayer::new(device, policy, opts, max_id, requests);
     r.state.start = start;
+    // Where no helper thread can be started (`defer` returns false), the addresses are placed
+    // in line, as without it.
     if defer {
-        // No thread to be had: the addresses are placed in line.
         r.state.dev.defer();
     }
     r.feed(trace.batch(), 0, hooks);
