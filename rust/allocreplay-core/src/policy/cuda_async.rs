@@ -343,7 +343,7 @@ impl CudaAsync {
     /// a freed range of exactly the request's size (the newest of them), else the most recently
     /// freed (or split, or coalesced) range that fits; the pool's unused top only when no freed
     /// range fits. Returns the freed block, or `NIL` and the top's offset.
-    fn find_fit(&self, size: u64) -> Option<(u32, u64)> {
+    fn find_fit(&mut self, size: u64) -> Option<(u32, u64)> {
         if let Some(b) = self.blocks.newest_of_len(size).or_else(|| self.blocks.newest_at_least(size)) {
             return Some((b, self.blocks.blocks[b as usize].start));
         }
@@ -519,7 +519,9 @@ struct Blocks {
     last: u32,
     /// Freed blocks by stamp (`NIL`: none).
     by_stamp: Vec<u32>,
-    /// By stamp: the freed block's length (0: none), for "the newest range that fits".
+    /// By stamp: the freed block's length (0: none), for "the newest range that fits". A stamp
+    /// whose block left the freed ranges may still hold its length here (`by_stamp` has `NIL`
+    /// for it): searches skip and clear it.
     recency: MaxTree,
     next_stamp: u32,
     /// Length -> the newest freed block of exactly that length.
@@ -644,11 +646,21 @@ impl Blocks {
         self.by_len.get(len)
     }
 
-    /// The newest freed block of at least `len` bytes.
+    /// The newest freed block of at least `len` bytes. A stamp the search finds whose block
+    /// is no longer freed (see [`Self::unfree`]) is cleared from `recency` now, and the search
+    /// goes on to the older stamps.
     #[inline]
-    fn newest_at_least(&self, len: u64) -> Option<u32> {
-        let newest = self.next_stamp.checked_sub(1)? as usize;
-        self.recency.rightmost_at_least(len, newest).map(|stamp| self.by_stamp[stamp])
+    fn newest_at_least(&mut self, len: u64) -> Option<u32> {
+        let mut last = self.next_stamp.checked_sub(1)? as usize;
+        loop {
+            let stamp = self.recency.rightmost_at_least(len, last)?;
+            let b = self.by_stamp[stamp];
+            if b != NIL {
+                return Some(b);
+            }
+            self.recency.set(stamp, 0);
+            last = stamp.checked_sub(1)?;
+        }
     }
 
     /// Allocates `size` bytes at the front of freed block `b`; the rest becomes a freed block
@@ -734,8 +746,10 @@ impl Blocks {
         } else {
             self.by_len.remove(end - start);
         }
+        // `recency` keeps the stamp's length until a search finds it ([`Self::newest_at_least`])
+        // or the stamps are renumbered: most stamps left are never reached by a search, and
+        // clearing each at once (a climb of the tree) was a tenth of a replay.
         self.by_stamp[stamp as usize] = NIL;
-        self.recency.set(stamp as usize, 0);
     }
 
     /// Stamps ran out: the freed blocks get stamps 0, 1... in their order (so recency is
@@ -770,25 +784,72 @@ impl Blocks {
     }
 }
 
-/// A max segment tree over recency stamps: the length of the free range with each stamp
-/// (0: none), to find the newest range of at least a size in O(log n).
+/// A max tree over recency stamps: the length of the free range with each stamp (0: none), to
+/// find the newest range of at least a size in O(log n).
+///
+/// Each node has [`FANOUT`] children, stored side by side (one 64-byte line of `u64`s), so a
+/// change climbs log8 n levels instead of log2 n: the tree is read and written on every free
+/// and every reuse of a freed range, and a binary tree's climb was a sixth of a replay.
 #[derive(Debug, Default)]
 struct MaxTree {
+    /// Leaves (a power of two, at least [`FANOUT`]).
     n: usize,
+    /// The levels, leaves first, each a whole number of groups of [`FANOUT`] (padded with 0),
+    /// one after another; the last level is one group.
     t: Vec<u64>,
+    /// Where each level starts in `t`.
+    level: Vec<usize>,
+}
+
+/// Children of a [`MaxTree`] node.
+const FANOUT: usize = 8;
+
+/// Bit k set where `group[k] >= v`.
+#[inline(always)]
+fn at_least_mask(group: &[u64], v: u64) -> u32 {
+    let g: &[u64; FANOUT] = group[..FANOUT].try_into().expect("a whole group");
+    let mut m = 0u32;
+    for (k, &x) in g.iter().enumerate() {
+        m |= u32::from(x >= v) << k;
+    }
+    m
+}
+
+/// The largest value of a group.
+#[inline(always)]
+fn group_max(group: &[u64]) -> u64 {
+    let g: &[u64; FANOUT] = group[..FANOUT].try_into().expect("a whole group");
+    g.iter().fold(0, |m, &x| m.max(x))
+}
+
+/// The highest set bit of a non-zero mask.
+#[inline(always)]
+fn highest(mask: u32) -> usize {
+    (u32::BITS - 1 - mask.leading_zeros()) as usize
 }
 
 impl MaxTree {
     /// A tree of at least `n` leaves with the given leading values (the rest 0), built bottom
     /// up in O(n); the buffer is reused.
     fn rebuild(&mut self, n: usize, values: impl ExactSizeIterator<Item = u64>) {
-        self.n = n.max(values.len()).next_power_of_two();
+        self.n = n.max(values.len()).next_power_of_two().max(FANOUT);
         self.t.clear();
-        self.t.resize(self.n, 0);
+        self.level.clear();
+        self.level.push(0);
         self.t.extend(values);
-        self.t.resize(2 * self.n, 0);
-        for i in (1..self.n).rev() {
-            self.t[i] = self.t[2 * i].max(self.t[2 * i + 1]);
+        self.t.resize(self.n, 0);
+        let mut len = self.n;
+        while len > FANOUT {
+            let below = self.t.len() - len;
+            let parents = len / FANOUT;
+            let start = self.t.len();
+            self.level.push(start);
+            for g in 0..parents {
+                let m = group_max(&self.t[below + g * FANOUT..]);
+                self.t.push(m);
+            }
+            len = parents.next_multiple_of(FANOUT);
+            self.t.resize(start + len, 0);
         }
     }
 
@@ -797,53 +858,65 @@ impl MaxTree {
     }
 
     fn set(&mut self, i: usize, v: u64) {
-        let mut i = i + self.n;
         let old = std::mem::replace(&mut self.t[i], v);
+        let mut p = i;
         if v >= old {
             // A larger value: each ancestor below it takes it, without reading its other
-            // child; the first that is not below it already holds it or more.
-            while i > 1 {
-                i /= 2;
-                if self.t[i] >= v {
+            // children; the first that is not below it already holds it or more.
+            for l in 1..self.level.len() {
+                p /= FANOUT;
+                let x = &mut self.t[self.level[l] + p];
+                if *x >= v {
                     break;
                 }
-                self.t[i] = v;
+                *x = v;
             }
             return;
         }
-        while i > 1 {
-            i /= 2;
-            let m = self.t[2 * i].max(self.t[2 * i + 1]);
-            if self.t[i] == m {
+        for l in 1..self.level.len() {
+            let m = group_max(&self.t[self.level[l - 1] + p / FANOUT * FANOUT..]);
+            p /= FANOUT;
+            let x = &mut self.t[self.level[l] + p];
+            if *x == m {
                 break; // the ancestors' maxima do not change either
             }
-            self.t[i] = m;
+            *x = m;
         }
     }
 
     /// The highest index at most `last` whose value is at least `v`. The search starts at
-    /// `last` and widens leftwards, subtree by subtree, so it costs O(log d) for an answer `d`
-    /// indices away (the newest ranges are at the right: that is where requests usually fit).
+    /// `last`'s group and widens leftwards, group by group up the levels, so it costs O(log d)
+    /// for an answer `d` indices away (the newest ranges are at the right: that is where
+    /// requests usually fit).
     fn rightmost_at_least(&self, v: u64, last: usize) -> Option<usize> {
-        if last >= self.n || self.t[1] < v {
+        if last >= self.n {
             return None;
         }
-        // The smallest subtree ending at `last` (its leaf), then each next one to its left.
-        let mut i = last + self.n;
-        while self.t[i] < v {
-            while i.is_multiple_of(2) {
-                i /= 2; // a left child: its left neighbour is its parent's
+        // Up: at level `l`, the nodes of `q`'s group up to `q` itself; then the nodes left of
+        // that group's parent.
+        let (mut l, mut q) = (0, last);
+        loop {
+            let g = q / FANOUT * FANOUT;
+            let upto = (2u32 << (q % FANOUT)) - 1;
+            let mask = at_least_mask(&self.t[self.level[l] + g..], v) & upto;
+            if mask != 0 {
+                q = g + highest(mask);
+                break;
             }
-            if i == 1 {
-                return None; // the whole tree was searched
+            if l + 1 == self.level.len() || q < FANOUT {
+                return None; // the whole tree left of `last` was searched
             }
-            i -= 1;
+            (l, q) = (l + 1, q / FANOUT - 1);
         }
         // Down the subtree that has one, keeping to the right.
-        while i < self.n {
-            i = 2 * i + usize::from(self.t[2 * i + 1] >= v);
+        while l > 0 {
+            l -= 1;
+            let g = q * FANOUT;
+            let mask = at_least_mask(&self.t[self.level[l] + g..], v);
+            debug_assert!(mask != 0, "a node's maximum is one of its children's");
+            q = g + highest(mask);
         }
-        Some(i - self.n)
+        Some(q)
     }
 }
 
@@ -1138,20 +1211,23 @@ mod tests {
     fn max_tree_finds_the_rightmost_value_at_least() {
         let mut rng = crate::test_rng::XorShift64::new(0x2545_f491_4f6c_dd1d);
         let mut t = MaxTree::default();
-        for n in [1usize, 2, 5, 64, 100] {
-            let values: Vec<u64> = (0..n).map(|_| rng.next_u64() % 8).collect();
+        // Dense values, and sparse ones (a search then climbs far up the tree and back down).
+        for (n, every) in [1usize, 2, 5, 64, 100, 513, 4096, 40_000].into_iter().flat_map(|n| [(n, 1), (n, 500)]) {
+            let value = |rng: &mut crate::test_rng::XorShift64| if rng.next_u64() % every == 0 { rng.next_u64() % 8 } else { 0 };
+            let values: Vec<u64> = (0..n).map(|_| value(&mut rng)).collect();
             t.rebuild(n, values.iter().copied());
             let mut values = values;
             values.resize(t.len(), 0);
-            for step in 0..2000 {
+            for step in 0..4000 {
                 let (i, v) = ((rng.next_u64() as usize) % t.len(), rng.next_u64() % 8);
                 if step % 2 == 0 {
-                    t.set(i, v);
-                    values[i] = v;
+                    let x = value(&mut rng);
+                    t.set(i, x);
+                    values[i] = x;
                 }
                 let last = (rng.next_u64() as usize) % t.len();
                 let want = values.iter().take(last + 1).rposition(|&x| x >= v);
-                assert_eq!(t.rightmost_at_least(v, last), want, "n {n} step {step} last {last} v {v}");
+                assert_eq!(t.rightmost_at_least(v, last), want, "n {n} every {every} step {step} last {last} v {v}");
             }
         }
     }
