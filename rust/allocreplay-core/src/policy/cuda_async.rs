@@ -1213,7 +1213,7 @@ mod tests {
         let mut t = MaxTree::default();
         // Dense values, and sparse ones (a search then climbs far up the tree and back down).
         for (n, every) in [1usize, 2, 5, 64, 100, 513, 4096, 40_000].into_iter().flat_map(|n| [(n, 1), (n, 500)]) {
-            let value = |rng: &mut crate::test_rng::XorShift64| if rng.next_u64() % every == 0 { rng.next_u64() % 8 } else { 0 };
+            let value = |rng: &mut crate::test_rng::XorShift64| if rng.next_u64().is_multiple_of(every) { rng.next_u64() % 8 } else { 0 };
             let values: Vec<u64> = (0..n).map(|_| value(&mut rng)).collect();
             t.rebuild(n, values.iter().copied());
             let mut values = values;
