@@ -17,9 +17,7 @@ cap() { # name seconds
   cp $j $OUT/$1.json; cp $p /tmp/$1.pickle; ls -la $p >> $N/$1.log
   xz -6 -T4 -c $p > $OUT/$1.pickle.xz
 }
-cap gptneox_serve $1 &
-cap phi_sample $1 &
-cap bloom_beam $1 &
+for n in ${NAMES:-gptneox_serve phi_sample bloom_beam}; do cap $n $1 & done
 wait
 cat $N/*.log | grep -v -i warn | tail -30
 ls -la $OUT /tmp/*.pickle
