@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use super::bfc_config::{parse_bfc, parse_jax, parse_tf, BfcSettings, BfcSpec};
-use super::sorted_map::SortedMap;
+use super::free_blocks::{FreeBlocks, BFC_UNIT};
 use super::spec::PolicyContext;
 use super::{BlockInfo, FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::device::DeviceMemory;
@@ -49,13 +49,6 @@ pub fn rounded_bytes(bytes: u64) -> u64 {
 pub fn bin_num_for_size(bytes: u64) -> usize {
     let v = (bytes >> K_MIN_ALLOCATION_BITS).max(1);
     ((63 - v.leading_zeros()) as usize).min(K_NUM_BINS - 1)
-}
-
-/// A free chunk's key in its bin: `ChunkComparator`'s (size, ptr) as one `u128`, size in the
-/// high half, so that the integer order is the comparator's.
-#[inline]
-fn bin_key(size: u64, ptr: u64) -> u128 {
-    (u128::from(size) << 64) | u128::from(ptr)
 }
 
 pub fn from_spec<B: FromPolicy>(spec: BfcSpec, ctx: &PolicyContext) -> Result<B> {
@@ -114,11 +107,13 @@ pub struct Bfc {
     chunks: Vec<Chunk>,
     /// `unused_chunk_handle_head_`: a free list threaded through `next`.
     unused_head: u32,
-    /// `Bin::free_chunks`, ordered by `ChunkComparator`: (size, ptr), packed as one `u128`
-    /// key ([`bin_key`]: free chunks never share an address); the value is the chunk's handle.
-    bins: Vec<SortedMap>,
-    /// Bit `b`: bin `b` holds a free chunk (`FindChunkPtr` skips empty bins without looking).
-    nonempty_bins: u32,
+    /// Every bin's `free_chunks` in one ordered set, by `ChunkComparator`'s (size, ptr) (free
+    /// chunks never share an address); the value is the chunk's handle. The bins are ranges of
+    /// sizes in increasing order, so `FindChunkPtr`'s walk from the request's bin upwards is
+    /// the set's first chunk of at least the rounded size. Sizes up to 1 MiB are kept in
+    /// 256-byte classes ([`FreeBlocks`]: a bitmap's next set bit, no search tree), larger ones
+    /// in a sorted map; a chunk's `bin_num` is still its upstream bin.
+    free_chunks: FreeBlocks<BFC_UNIT>,
     /// `RegionManager::regions_`, by base address.
     regions: BTreeMap<u64, Region>,
     /// Live chunks by trace allocation id.
@@ -159,8 +154,7 @@ impl Bfc {
             max_internal_fragmentation_bytes,
             chunks: Vec::with_capacity(1024),
             unused_head: NONE,
-            bins: (0..K_NUM_BINS).map(|_| SortedMap::default()).collect(),
-            nonempty_bins: 0,
+            free_chunks: FreeBlocks::default(),
             regions: BTreeMap::new(),
             live: Default::default(),
             seed_region_base: None,
@@ -241,20 +235,15 @@ impl Bfc {
         let (size, ptr) = (c.size, c.ptr);
         let b = bin_num_for_size(size);
         self.cm(h).bin_num = b as i8;
-        self.bins[b].insert(bin_key(size, ptr), h);
-        self.nonempty_bins |= 1 << b;
+        self.free_chunks.insert(0, size, ptr, h);
     }
 
     /// `RemoveFreeChunkFromBin`.
     fn remove_free_chunk_from_bin(&mut self, h: u32) {
         let c = *self.c(h);
         debug_assert!(!c.in_use && c.bin_num >= 0);
-        let bin = &mut self.bins[c.bin_num as usize];
-        let removed = bin.remove(&bin_key(c.size, c.ptr));
+        let removed = self.free_chunks.remove(0, c.size, c.ptr);
         debug_assert_eq!(removed, Some(h), "could not find chunk in bin");
-        if bin.is_empty() {
-            self.nonempty_bins &= !(1 << c.bin_num);
-        }
         self.cm(h).bin_num = -1;
     }
 
@@ -341,23 +330,16 @@ impl Bfc {
     /// `FindChunkPtr`: from the request's bin upwards, the first free chunk (in (size, address)
     /// order) that fits: the smallest fitting chunk, lowest address on ties.
     fn find_chunk_ptr(&mut self, rounded: u64, req: &Request) -> Option<Placement> {
-        let first = bin_num_for_size(rounded);
-        let mut bins = self.nonempty_bins & (u32::MAX << first);
-        while bins != 0 {
-            let b = bins.trailing_zeros() as usize;
-            bins &= bins - 1;
-            // Every chunk of a bin above the request's is at least twice its bin's lower bound,
-            // so larger than the request: the bin's first chunk is the fit.
-            let found = if b == first { self.bins[b].range(bin_key(rounded, 0), None).next() } else { self.bins[b].first() };
-            let Some((key, h)) = found else { continue };
-            let size = (key >> 64) as u64;
-            self.remove_free_chunk_from_bin(h);
-            if self.should_split(size, rounded) {
-                self.split_chunk(h, rounded);
-            }
-            return Some(self.finish_chunk_allocation(h, req));
+        // Upstream walks the bins from `BinNumForSize(rounded)` up, each from its first chunk,
+        // skipping the chunks below `rounded` in the first: every chunk of a later bin is
+        // larger than the request. That is the first chunk of at least `rounded` bytes in
+        // (size, ptr) order over all bins.
+        let (size, _, h) = self.free_chunks.range(0, rounded).next()?;
+        self.remove_free_chunk_from_bin(h);
+        if self.should_split(size, rounded) {
+            self.split_chunk(h, rounded);
         }
-        None
+        Some(self.finish_chunk_allocation(h, req))
     }
 
     /// `SubAllocator::Alloc`: the device's memory. In `validate`, a new region goes where the
@@ -516,7 +498,7 @@ impl Bfc {
 
     /// `LargestBinnedFreeChunk`.
     pub fn largest_free_chunk(&self) -> u64 {
-        self.bins.iter().rev().find_map(|b| b.iter().next_back().map(|(k, _)| (k >> 64) as u64)).unwrap_or(0)
+        self.free_chunks.range(0, 0).last().map_or(0, |(size, _, _)| size)
     }
 
     /// `GetFragmentation`: (free pool bytes - largest free chunk) / free pool bytes.

@@ -14,15 +14,19 @@
 //! Streams are ranked by first use (the allocator's `rank`): iteration is in (rank, size, ptr)
 //! order, as the packed keys were; the allocator reorders by stream value where upstream's
 //! order depends on it.
+//!
+//! BFC's free chunks (policy/bfc.rs) use the same set with one rank and 256-byte classes
+//! (`kMinAllocationSize`, classes up to 1 MiB): `FindChunkPtr`'s walk over its bins, each a
+//! `std::set` by (size, ptr), is the set's first chunk of at least the request's size.
 
 use super::class_bitmap::{ClassBitmap, CLASSES};
 use super::sorted_map::SortedMap;
 
-/// Class granularity: every block size is a multiple of `kMinBlockSize`.
-const CLASS_BYTES: u64 = 512;
-/// The largest size with a class (`CLASSES` of them): `kSmallBuffer` (2 MiB), so the whole
-/// small pool.
-const CLASS_MAX: u64 = CLASSES as u64 * CLASS_BYTES;
+/// Class granularity of the caching allocator's pools: every block size is a multiple of
+/// `kMinBlockSize`, so the `CLASSES` classes reach `kSmallBuffer` (2 MiB): the whole small pool.
+pub(crate) const PYTORCH_UNIT: u64 = 512;
+/// Class granularity of BFC's free chunks: `kMinAllocationSize` (classes up to 1 MiB).
+pub(crate) const BFC_UNIT: u64 = 256;
 
 /// (stream rank, size, ptr) packed as 16 + 56 + 56 bits (sizes and addresses below 64 PiB; a
 /// device sees far fewer than 65,536 streams), which orders blocks like the tuple.
@@ -43,21 +47,27 @@ fn unpack(key: u128) -> (u64, u64) {
     (((key >> 56) as u64) & ((1 << 56) - 1), (key as u64) & ((1 << 56) - 1))
 }
 
-/// Whether a block of `size` bytes belongs in a class.
+/// The largest size with a class, for classes of `UNIT` bytes.
 #[inline]
-fn has_class(size: u64) -> bool {
-    size != 0 && size <= CLASS_MAX && size.is_multiple_of(CLASS_BYTES)
+const fn class_max(unit: u64) -> u64 {
+    CLASSES as u64 * unit
 }
 
-/// The class of the smallest class size not below `size` (`size <= CLASS_MAX`).
+/// Whether a block of `size` bytes belongs in a class of `unit` bytes.
 #[inline]
-fn class_at_least(size: u64) -> usize {
-    (size.max(1).div_ceil(CLASS_BYTES) - 1) as usize
+fn has_class(size: u64, unit: u64) -> bool {
+    size != 0 && size <= class_max(unit) && size.is_multiple_of(unit)
+}
+
+/// The class of the smallest class size not below `size` (`size <= class_max(unit)`).
+#[inline]
+fn class_at_least(size: u64, unit: u64) -> usize {
+    (size.max(1).div_ceil(unit) - 1) as usize
 }
 
 #[inline]
-fn class_size(c: usize) -> u64 {
-    (c as u64 + 1) * CLASS_BYTES
+fn class_size(c: usize, unit: u64) -> u64 {
+    (c as u64 + 1) * unit
 }
 
 /// A class's least-address block and how many others it has (in `Classes::others`): one
@@ -85,9 +95,10 @@ impl Classes {
     }
 }
 
-/// A pool's free blocks, see the module doc. Values are block indices.
+/// A pool's free blocks, see the module doc, in classes of `UNIT` bytes. Values are block
+/// indices.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct FreeBlocks {
+pub(crate) struct FreeBlocks<const UNIT: u64 = PYTORCH_UNIT> {
     /// Per stream rank, its classes (made at the rank's first block with a class).
     classes: Vec<Option<Box<Classes>>>,
     /// Blocks without a class.
@@ -101,7 +112,9 @@ pub(crate) struct FreeBlocks {
     len: usize,
 }
 
-impl FreeBlocks {
+impl<const UNIT: u64> FreeBlocks<UNIT> {
+    const CLASS_MAX: u64 = class_max(UNIT);
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
@@ -110,10 +123,10 @@ impl FreeBlocks {
     #[inline]
     pub fn insert(&mut self, rank: u32, size: u64, ptr: u64, val: u32) {
         self.ranks = self.ranks.max(rank + 1);
-        if !self.unclassed && (size == 0 || !size.is_multiple_of(CLASS_BYTES)) {
+        if !self.unclassed && (size == 0 || !size.is_multiple_of(UNIT)) {
             self.declass();
         }
-        if self.unclassed || size > CLASS_MAX {
+        if self.unclassed || size > Self::CLASS_MAX {
             self.len += usize::from(self.rest.insert(size_key(rank, size, ptr), val));
             return;
         }
@@ -121,7 +134,7 @@ impl FreeBlocks {
             self.classes.resize_with(rank as usize + 1, || None);
         }
         let cl = self.classes[rank as usize].get_or_insert_with(Classes::new);
-        let c = class_at_least(size);
+        let c = class_at_least(size, UNIT);
         if !cl.bits.is_set(c) {
             cl.slots[c] = Slot { ptr, val, others: 0 };
             cl.bits.set(c);
@@ -156,14 +169,14 @@ impl FreeBlocks {
     #[inline]
     pub fn remove(&mut self, rank: u32, size: u64, ptr: u64) -> Option<u32> {
         let cl = match self.classes.get_mut(rank as usize) {
-            Some(Some(cl)) if !self.unclassed && has_class(size) => cl,
+            Some(Some(cl)) if !self.unclassed && has_class(size, UNIT) => cl,
             _ => {
                 let v = self.rest.remove(&size_key(rank, size, ptr))?;
                 self.len -= 1;
                 return Some(v);
             }
         };
-        let c = class_at_least(size);
+        let c = class_at_least(size, UNIT);
         if !cl.bits.is_set(c) {
             return None;
         }
@@ -199,10 +212,10 @@ impl FreeBlocks {
     #[inline(always)]
     fn seek(&self, rank: u32, size: u64, ptr: u64, inclusive: bool) -> Seek {
         let ptr_from = ptr + u64::from(!inclusive);
-        if let (Some(Some(cl)), false, true) = (self.classes.get(rank as usize), self.unclassed, size <= CLASS_MAX) {
-            let c = class_at_least(size);
+        if let (Some(Some(cl)), false, true) = (self.classes.get(rank as usize), self.unclassed, size <= Self::CLASS_MAX) {
+            let c = class_at_least(size, UNIT);
             let mut from = c;
-            if class_size(c) == size && cl.bits.is_set(c) {
+            if class_size(c, UNIT) == size && cl.bits.is_set(c) {
                 // Within the request's own class: its least block, or one of its others.
                 let slot = &cl.slots[c];
                 if slot.ptr >= ptr_from {
@@ -218,10 +231,10 @@ impl FreeBlocks {
             }
             if let Some(c) = cl.bits.next_set(from) {
                 let slot = &cl.slots[c];
-                return Seek::Found((class_size(c), slot.ptr, slot.val));
+                return Seek::Found((class_size(c, UNIT), slot.ptr, slot.val));
             }
             // Past the classes: the blocks above 2 MiB.
-            return Seek::Rest(size_key(rank, CLASS_MAX + 1, 0));
+            return Seek::Rest(size_key(rank, Self::CLASS_MAX + 1, 0));
         }
         Seek::Rest(size_key(rank, size, ptr_from))
     }
@@ -230,7 +243,7 @@ impl FreeBlocks {
     /// block). Upstream's iteration from `lower_bound((stream, size, 0))` ends, for every
     /// caller, at the first block of another stream.
     #[inline]
-    pub fn range(&self, rank: u32, size: u64) -> Range<'_> {
+    pub fn range(&self, rank: u32, size: u64) -> Range<'_, UNIT> {
         Range { set: self, rank, at: Some((size, 0)), started: false, rest: None }
     }
 
@@ -247,7 +260,7 @@ impl FreeBlocks {
             while let Some(n) = cl.bits.next_set(c) {
                 let slot = &cl.slots[n];
                 for &(ptr, val) in std::iter::once(&(slot.ptr, slot.val)).chain(&cl.others[n]) {
-                    self.rest.insert(size_key(rank as u32, class_size(n), ptr), val);
+                    self.rest.insert(size_key(rank as u32, class_size(n, UNIT), ptr), val);
                 }
                 c = n + 1;
             }
@@ -257,8 +270,8 @@ impl FreeBlocks {
 }
 
 /// Each step is a search from the last block returned (most callers take only the first).
-pub(crate) struct Range<'a> {
-    set: &'a FreeBlocks,
+pub(crate) struct Range<'a, const UNIT: u64> {
+    set: &'a FreeBlocks<UNIT>,
     rank: u32,
     /// The (size, ptr) to search the classes from: inclusive before the first step, then the
     /// last block returned; `None` past the end.
@@ -275,7 +288,7 @@ enum Seek {
     Rest(u128),
 }
 
-impl Iterator for Range<'_> {
+impl<const UNIT: u64> Iterator for Range<'_, UNIT> {
     type Item = (u64, u64, u32);
 
     #[inline(always)]
@@ -305,8 +318,9 @@ mod tests {
     /// Random inserts and removes of blocks of a few ranks, sizes in and beyond the classes
     /// with many equal ones, each result checked against a BTreeMap over (rank, size, ptr):
     /// removals, every range's first few blocks, the full iteration, the length.
-    fn against_btreemap(seed: u64, odd_sizes: bool) {
-        let mut ours = FreeBlocks::default();
+    fn against_btreemap<const UNIT: u64>(seed: u64, odd_sizes: bool) {
+        let class_max = class_max(UNIT);
+        let mut ours = FreeBlocks::<UNIT>::default();
         let mut theirs: BTreeMap<(u32, u64, u64), u32> = BTreeMap::new();
         let mut rng = crate::test_rng::XorShift64::new(seed);
         let mut live: Vec<(u32, u64, u64)> = Vec::new();
@@ -316,12 +330,12 @@ mod tests {
             let size = match (x >> 8) % 8 {
                 // A few popular sizes (classes with several blocks), any class, the largest
                 // class, above the classes.
-                0..=2 => 512 * (1 + (x >> 16) % 4),
-                3 | 4 => 512 * (1 + (x >> 16) % CLASSES as u64),
-                5 => CLASS_MAX,
-                6 => CLASS_MAX + 512 * (1 + (x >> 16) % 5000),
-                _ if odd_sizes && step > 30_000 => 1 + (x >> 16) % (3 * CLASS_MAX),
-                _ => 512 * (1 + (x >> 16) % 8),
+                0..=2 => UNIT * (1 + (x >> 16) % 4),
+                3 | 4 => UNIT * (1 + (x >> 16) % CLASSES as u64),
+                5 => class_max,
+                6 => class_max + UNIT * (1 + (x >> 16) % 5000),
+                _ if odd_sizes && step > 30_000 => 1 + (x >> 16) % (3 * class_max),
+                _ => UNIT * (1 + (x >> 16) % 8),
             };
             let ptr = ((x >> 32) % 50) * 4096;
             if x % 7 < 4 || live.is_empty() {
@@ -334,7 +348,7 @@ mod tests {
                 assert_eq!(ours.remove(r, s, p), theirs.remove(&(r, s, p)), "step {step}");
             }
             assert_eq!(ours.len(), theirs.len(), "step {step}");
-            let q = if x.is_multiple_of(2) { size } else { (x >> 24) % (3 * CLASS_MAX) };
+            let q = if x.is_multiple_of(2) { size } else { (x >> 24) % (3 * class_max) };
             let a: Vec<_> = ours.range(rank, q).take(4).collect();
             let b: Vec<_> = theirs.range((rank, q, 0)..(rank + 1, 0, 0)).take(4).map(|(&(_, s, p), &v)| (s, p, v)).collect();
             assert_eq!(a, b, "step {step} range({rank}, {q})");
@@ -348,17 +362,20 @@ mod tests {
 
     #[test]
     fn behaves_like_an_ordered_set() {
-        against_btreemap(0x9e37_79b9_7f4a_7c15, false);
+        against_btreemap::<PYTORCH_UNIT>(0x9e37_79b9_7f4a_7c15, false);
+        against_btreemap::<BFC_UNIT>(0x9e37_79b9_7f4a_7c15, false);
     }
 
     #[test]
     fn behaves_like_an_ordered_set_after_a_size_without_class() {
-        against_btreemap(0x2545_f491_4f6c_dd1d, true);
+        against_btreemap::<PYTORCH_UNIT>(0x2545_f491_4f6c_dd1d, true);
+        against_btreemap::<BFC_UNIT>(0x2545_f491_4f6c_dd1d, true);
     }
 
     #[test]
     fn a_class_slot_passes_to_the_next_address() {
-        let mut s = FreeBlocks::default();
+        const CLASS_MAX: u64 = class_max(PYTORCH_UNIT);
+        let mut s = FreeBlocks::<PYTORCH_UNIT>::default();
         s.insert(0, 1024, 300, 3);
         s.insert(0, 1024, 100, 1);
         s.insert(0, 1024, 200, 2);

@@ -209,6 +209,7 @@ impl SortedMap {
         }
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         match self {
             SortedMap::Small(m) => m.entries.len() == usize::from(m.hole.is_some()),
@@ -216,6 +217,7 @@ impl SortedMap {
         }
     }
 
+    #[cfg(test)]
     /// The entry with the least key (no search: the array's first entry not a hole).
     pub fn first(&self) -> Option<(u128, u32)> {
         match self {
@@ -227,6 +229,7 @@ impl SortedMap {
         }
     }
 
+    #[cfg(test)]
     /// Every entry, in key order.
     pub fn iter(&self) -> Iter<'_> {
         self.range(0, None)
