@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use super::bfc_config::{parse_bfc, parse_jax, parse_tf, BfcSettings, BfcSpec};
-use super::free_blocks::{FreeBlocks, BFC_UNIT};
+use super::free_blocks::FreeBlocks;
 use super::spec::PolicyContext;
 use super::{BlockInfo, FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::device::DeviceMemory;
@@ -113,7 +113,7 @@ pub struct Bfc {
     /// the set's first chunk of at least the rounded size. Sizes up to 1 MiB are kept in
     /// 256-byte classes ([`FreeBlocks`]: a bitmap's next set bit, no search tree), larger ones
     /// in a sorted map; a chunk's `bin_num` is still its upstream bin.
-    free_chunks: FreeBlocks<BFC_UNIT>,
+    free_chunks: FreeBlocks<K_MIN_ALLOCATION_SIZE>,
     /// `RegionManager::regions_`, by base address.
     regions: BTreeMap<u64, Region>,
     /// Live chunks by trace allocation id.

@@ -22,12 +22,6 @@
 use super::class_bitmap::{ClassBitmap, CLASSES};
 use super::sorted_map::SortedMap;
 
-/// Class granularity of the caching allocator's pools: every block size is a multiple of
-/// `kMinBlockSize`, so the `CLASSES` classes reach `kSmallBuffer` (2 MiB): the whole small pool.
-pub(crate) const PYTORCH_UNIT: u64 = 512;
-/// Class granularity of BFC's free chunks: `kMinAllocationSize` (classes up to 1 MiB).
-pub(crate) const BFC_UNIT: u64 = 256;
-
 /// (stream rank, size, ptr) packed as 16 + 56 + 56 bits (sizes and addresses below 64 PiB; a
 /// device sees far fewer than 65,536 streams), which orders blocks like the tuple.
 #[inline]
@@ -95,10 +89,12 @@ impl Classes {
     }
 }
 
-/// A pool's free blocks, see the module doc, in classes of `UNIT` bytes. Values are block
-/// indices.
+/// A pool's free blocks, see the module doc, in classes of `UNIT` bytes: the allocator's
+/// size granularity (the caching allocator's `kMinBlockSize`, 512, so that the `CLASSES`
+/// classes reach `kSmallBuffer`, the whole small pool; BFC's `kMinAllocationSize`, 256).
+/// Values are block indices.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct FreeBlocks<const UNIT: u64 = PYTORCH_UNIT> {
+pub(crate) struct FreeBlocks<const UNIT: u64> {
     /// Per stream rank, its classes (made at the rank's first block with a class).
     classes: Vec<Option<Box<Classes>>>,
     /// Blocks without a class.
@@ -313,6 +309,8 @@ impl<const UNIT: u64> Iterator for Range<'_, UNIT> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::bfc::K_MIN_ALLOCATION_SIZE as BFC_UNIT;
+    use crate::policy::pytorch::K_MIN_BLOCK_SIZE as PYTORCH_UNIT;
     use std::collections::BTreeMap;
 
     /// Random inserts and removes of blocks of a few ranks, sizes in and beyond the classes

@@ -116,7 +116,7 @@ impl Block {
 /// a stream (see [`FreeBlocks`]; `unmapped` packs (rank, ptr) into one `u128`).
 #[derive(Debug, Default)]
 struct BlockPool {
-    blocks: FreeBlocks,
+    blocks: FreeBlocks<K_MIN_BLOCK_SIZE>,
     unmapped: SortedMap,
     is_small: bool,
     /// Index of the trace pool (0 = default; others are private pools, e.g. CUDA graphs).
