@@ -13,6 +13,7 @@ pub mod export;
 mod huge_pages;
 pub mod import;
 mod magic;
+mod max_tree;
 pub mod offline;
 pub mod policy;
 mod prefault;
