@@ -8,6 +8,7 @@ use rustc_hash::FxHashMap;
 
 use super::range_tree::RangeTree;
 use super::DeviceEvent;
+use crate::max_tree::MaxTree;
 use crate::trace::Action;
 
 const MIB: u64 = 1 << 20;
@@ -28,44 +29,67 @@ pub const MAX_DEVICE_MEMORY: u64 = VA_TOP - VA_BOTTOM - VA_ALIGN;
 /// Where `cuMemAddressReserve` hands out ranges (upwards): 0x3_0200_0000 on the H200
 /// (probe `vmm`, and every expandable-segments capture's first segment).
 const RESERVE_BASE: u64 = 0x3_0200_0000;
+/// End of the CUDA context's region in the model (rule 5's holes are below it).
+const CONTEXT_END: u64 = VA_TOP + 512 * MIB;
 
 /// A range carved from the free address space by a `cudaMalloc`: the allocation at its base,
 /// and what is left of it above (its *holes*), which later allocations fill.
 #[derive(Debug, Clone)]
 struct Region {
+    /// Order of creation (the context's is 0): the index of the region's largest hole in
+    /// [`AddressSpace::newest_holes`].
+    seq: u32,
     end: u64,
     /// Allocations living in the region.
     live: u32,
-    /// Starts of the unused ranges inside the region (in [`AddressSpace::holes`]): a region
-    /// carved by a `cudaMalloc` has at most one, its tail; the context's has two.
-    holes: Vec<u64>,
+    /// The unused ranges inside the region (start, end), by address: a region carved by a
+    /// `cudaMalloc` has at most one, its tail; the context's has two.
+    holes: Vec<(u64, u64)>,
+}
+
+impl Region {
+    fn largest_hole(&self) -> u64 {
+        self.holes.iter().map(|&(s, e)| e - s).max().unwrap_or(0)
+    }
 }
 
 /// The CUDA driver's placement of `cudaMalloc` allocations in the device's virtual address
 /// space (driver 580.159, H200; docs/driver-address-space.md has the probes):
 ///
 /// 1. A request takes its size rounded up to 2 MiB.
-/// 2. It goes to the lowest hole (unused tail of a live region) that fits, at the hole's base.
+/// 2. It goes to a hole (unused tail of a live region) that fits, at the hole's base: in the
+///    newest region that has one (the lowest of that region's holes that fit).
 /// 3. Otherwise a new region is carved from the free address space, top-down: from the highest
-///    free range at least `size + 32 MiB` long, at `align_down(range end - size, 32 MiB)`; the
-///    region reaches up to the range's end, so what is above the allocation becomes its hole
-///    (20 MiB allocations land 32 MiB apart, 2 MiB ones fill the 12 MiB tails).
+///    free range at least `R + 32 MiB` long (`R`: the size rounded up to 32 MiB), at
+///    `align_down(range end - R, 32 MiB)`; the region is those `R` bytes, so what is above
+///    the allocation becomes its hole (20 MiB allocations land 32 MiB apart, 2 MiB ones fill
+///    the 12 MiB tails).
 /// 4. A freed allocation's range stays with its region until the region's last allocation is
 ///    freed; then the whole region returns to the free address space, merged with its
 ///    neighbours.
 ///
 /// The context's own allocations leave two holes above the first region (2 MiB at +414 MiB and
 /// 24 MiB at +488 MiB, in a fresh process); they are modelled too.
-#[derive(Debug, Clone)]
 ///
-/// Both searches (the lowest hole that fits, the highest free range that fits) are O(log n):
-/// the holes of every region and the free ranges are each kept in a [`RangeTree`], which knows
-/// the longest range under each of its nodes.
+/// Rule 2 took the lowest hole until session 18: in the model's own space, where regions are
+/// carved top-down, the newest region is the lowest, and both rules place every probe alike
+/// but one sequence (`gpt2_train__gc06_capped`, whose freed ranges are reused: 171 of its 190
+/// addresses with the newest, 168 with the lowest). Regions carved from the ranges the host
+/// frees (above the context) told them apart: the driver filled the newest region's tail
+/// first, high above the older, lower tails (issue 29's captures of session 18).
+///
+/// Both searches (the newest region with a hole that fits, the highest free range that fits)
+/// are O(log n): the regions' largest holes are in a [`MaxTree`] by creation order, the free
+/// ranges in a [`RangeTree`], which knows the longest range under each of its nodes.
+#[derive(Debug, Clone)]
 pub struct AddressSpace {
     /// Free address space: start -> end.
     free: RangeTree,
-    /// Every region's holes: start -> end, tagged with the region's base.
-    holes: RangeTree,
+    /// Per region, by creation order ([`Region::seq`]): its largest hole's length (0: none, or
+    /// no longer a region).
+    newest_holes: MaxTree,
+    /// The base of the region of each creation order (`u64::MAX` once freed).
+    by_seq: Vec<u64>,
     regions: FxHashMap<u64, Region>,
     /// Allocation address -> the base of its region.
     owner: FxHashMap<u64, u64>,
@@ -90,56 +114,173 @@ impl Default for AddressSpace {
 
 impl AddressSpace {
     pub fn new() -> Self {
-        let mut regions = FxHashMap::default();
-        let mut holes = RangeTree::new();
-        // The context's region (never freed), with the holes a fresh process shows.
-        let base = VA_TOP + 400 * MIB;
-        let context_holes = [(VA_TOP + 414 * MIB, VA_TOP + 416 * MIB), (VA_TOP + 488 * MIB, VA_TOP + 512 * MIB)];
-        for (s, e) in context_holes {
-            holes.insert(s, e, base);
-        }
-        regions.insert(base, Region { end: VA_TOP + 512 * MIB, live: 1 << 30, holes: context_holes.iter().map(|h| h.0).collect() });
         let mut free = RangeTree::new();
         free.insert(VA_BOTTOM, VA_TOP, 0);
-        AddressSpace { free, holes, regions, owner: FxHashMap::default(), reserve_next: RESERVE_BASE }
+        let mut va = AddressSpace {
+            free,
+            newest_holes: MaxTree::default(),
+            by_seq: Vec::new(),
+            regions: FxHashMap::default(),
+            owner: FxHashMap::default(),
+            reserve_next: RESERVE_BASE,
+        };
+        // The context's region (never freed), with the holes a fresh process shows.
+        let context_holes = vec![(VA_TOP + 414 * MIB, VA_TOP + 416 * MIB), (VA_TOP + 488 * MIB, CONTEXT_END)];
+        va.add_region(VA_TOP + 400 * MIB, CONTEXT_END, 1 << 30, context_holes);
+        va
+    }
+
+    /// Adds a region (the newest) with `live` allocations and these holes.
+    fn add_region(&mut self, base: u64, end: u64, live: u32, holes: Vec<(u64, u64)>) {
+        let seq = self.by_seq.len();
+        if seq >= self.newest_holes.len() {
+            // Twice the leaves, the values kept.
+            let old: Vec<u64> = (0..self.by_seq.len()).map(|i| self.region_hole(i)).collect();
+            self.newest_holes.rebuild((2 * seq).max(64), old.into_iter());
+        }
+        let r = Region { seq: u32::try_from(seq).expect("fewer than 4 billion regions"), end, live, holes };
+        self.newest_holes.set(seq, r.largest_hole());
+        self.by_seq.push(base);
+        self.regions.insert(base, r);
+    }
+
+    /// The largest hole of the region of creation order `seq` (0 once freed).
+    fn region_hole(&self, seq: usize) -> u64 {
+        self.regions.get(&self.by_seq[seq]).filter(|r| r.seq as usize == seq).map_or(0, Region::largest_hole)
     }
 
     /// `cudaMalloc(size)`'s address; `None` when the modelled address space has no room (a
     /// replay asking for more than it holds live is an OOM, never an overlap).
     pub fn malloc(&mut self, size: u64) -> Option<u64> {
         let need = size.div_ceil(VA_PAGE).max(1).saturating_mul(VA_PAGE);
-        // 2. The lowest hole that fits.
-        if let Some((s, e, base)) = self.holes.lowest_fit(need) {
+        // 2. The newest region's hole that fits.
+        if let Some(seq) = self.by_seq.len().checked_sub(1).and_then(|last| self.newest_holes.rightmost_at_least(need, last)) {
+            let base = self.by_seq[seq];
             let r = self.regions.get_mut(&base).expect("region");
-            let slot = r.holes.iter().position(|&h| h == s).expect("hole of its region");
+            let slot = r.holes.iter().position(|&(s, e)| e - s >= need).expect("a hole that fits");
+            let (s, e) = r.holes[slot];
             if s + need < e {
-                // The hole's tail keeps its place among the holes: shrunk in place.
-                self.holes.reshape(s, s + need, e);
-                r.holes[slot] = s + need;
+                r.holes[slot].0 = s + need;
             } else {
-                self.holes.remove(s);
-                r.holes.swap_remove(slot);
+                r.holes.remove(slot);
             }
             r.live += 1;
+            let largest = r.largest_hole();
+            self.newest_holes.set(seq, largest);
             self.owner.insert(s, base);
             return Some(s);
         }
         // 3. A new region, top-down: the highest free range at least `need + 32 MiB` long.
-        let (s, e, _) = self.free.highest_fit(need.checked_add(VA_ALIGN)?)?;
-        let addr = (e - need) / VA_ALIGN * VA_ALIGN;
+        // The region is the allocation's 32 MiB blocks: it reaches the range's end in the
+        // model's own (aligned) ranges; in a range the host freed, what lies above stays free
+        // (measured: a 16 MiB segment below a host gap's unaligned end mapped 32 MiB, and the
+        // rest of the gap stayed free; issue 29).
+        let (s, e, addr, end) = self.highest_region_fit(need)?;
         if s < addr {
             self.free.reshape(s, s, addr);
         } else {
             self.free.remove(s);
         }
-        let mut holes = Vec::new();
-        if addr + need < e {
-            self.holes.insert(addr + need, e, addr);
-            holes.push(addr + need);
+        if end < e {
+            self.free.insert(end, e, 0);
         }
-        self.regions.insert(addr, Region { end: e, live: 1, holes });
+        let holes = if addr + need < end { vec![(addr + need, end)] } else { Vec::new() };
+        self.add_region(addr, end, 1, holes);
         self.owner.insert(addr, addr);
         Some(addr)
+    }
+
+    /// Rule 3's range for a new region of `need` bytes: `(s, e, addr, end)`, the region
+    /// `[addr, end)` carved from the free range `[s, e)`. The driver asks the kernel's top-down
+    /// `mmap` search for the region's whole 32 MiB blocks plus 32 MiB to align them (`R + 32
+    /// MiB`, `R = align_up(need, 32 MiB)`) and keeps the highest aligned `R` inside what the
+    /// kernel gave, at `align_down(e - R, 32 MiB)` (docs/driver-address-space.md). In the
+    /// model's own ranges, which start and end 32 MiB-aligned, that is rule 3 as written there.
+    /// A range the host process freed ([`AddressSpace::add_host_free`]) starts and ends
+    /// anywhere: the kernel's range must fit in it at a 2 MiB boundary (the kernel's THP
+    /// alignment of large anonymous mappings), else the next range below is tried. Fitted on
+    /// the host ranges of issue 29's captures of session 18 (every region start above the CUDA
+    /// context in five captures: 143 of 143; "align_down(e - need)" missed 2).
+    fn highest_region_fit(&mut self, need: u64) -> Option<(u64, u64, u64, u64)> {
+        let region = need.checked_next_multiple_of(VA_ALIGN)?;
+        let len = region.checked_add(VA_ALIGN)?;
+        let mut skipped: Vec<(u64, u64, u64)> = Vec::new();
+        let found = loop {
+            let Some((s, e, tag)) = self.free.highest_fit(len) else { break None };
+            if (e - len) / VA_PAGE * VA_PAGE >= s {
+                let addr = (e - region) / VA_ALIGN * VA_ALIGN;
+                break Some((s, e, addr, addr + region));
+            }
+            // Only a host range (unaligned) gets here: aside until the search is done.
+            self.free.remove(s);
+            skipped.push((s, e, tag));
+        };
+        for (s, e, tag) in skipped {
+            self.free.insert(s, e, tag);
+        }
+        found
+    }
+
+    /// The host process freed `[start, end)` (in this model's coordinates): from now on the
+    /// driver may put new regions there, as it put them in the CPU copies of a model's weights
+    /// freed by `.cuda()` (docs/driver-address-space.md, "The host process's memory"). Only the
+    /// part above the context's region is taken (below it the model already holds every range
+    /// free), and only where it overlaps no free range or region the model has.
+    pub fn add_host_free(&mut self, start: u64, end: u64) {
+        let start = start.max(CONTEXT_END);
+        if end <= start {
+            return;
+        }
+        let overlaps_free = self.free.before(end).is_some_and(|(_, e, _)| e > start);
+        let overlaps_region = self.regions.iter().any(|(&b, r)| b < end && r.end > start);
+        if overlaps_free || overlaps_region {
+            return;
+        }
+        self.insert_free(start, end);
+    }
+
+    /// The host process mapped `[start, end)` (in this model's coordinates) again: the driver
+    /// can no longer put regions there. Only the model's free ranges above its context are
+    /// changed (a region the model placed there stays: the run's own segment, or the model's
+    /// miss).
+    pub fn take_host(&mut self, start: u64, end: u64) {
+        let start = start.max(CONTEXT_END);
+        let mut below = end;
+        while below > start {
+            let Some((s, e, tag)) = self.free.before(below) else { break };
+            if e <= start {
+                break;
+            }
+            // [s, e) overlaps: keep what is outside [start, end).
+            self.free.remove(s);
+            if s < start {
+                self.free.insert(s, start, tag);
+            }
+            if end < e {
+                self.free.insert(end, e, tag);
+            }
+            below = s;
+        }
+    }
+
+    /// Returns `[start, end)` to the free address space, merged with its free neighbours (in
+    /// place where one is kept).
+    fn insert_free(&mut self, start: u64, end: u64) {
+        let below = self.free.before(start).filter(|&(_, e, _)| e == start).map(|(s, _, _)| s);
+        let above = self.free.get(end).map(|(e, _)| e);
+        match (below, above) {
+            (Some(s), Some(e)) => {
+                self.free.remove(end);
+                self.free.reshape(s, s, e);
+            }
+            (Some(s), None) => {
+                self.free.reshape(s, s, end);
+            }
+            (None, Some(e)) => {
+                self.free.reshape(end, start, e);
+            }
+            (None, None) => self.free.insert(start, end, 0),
+        }
     }
 
     /// `cudaFree(addr)`. Addresses the model did not hand out (recorded ones) are ignored.
@@ -151,25 +292,8 @@ impl AddressSpace {
             return;
         }
         let r = self.regions.remove(&base).expect("region");
-        for h in r.holes {
-            self.holes.remove(h);
-        }
-        // Merged with the free neighbours, in place where one is kept.
-        let below = self.free.before(base).filter(|&(_, e, _)| e == base).map(|(s, _, _)| s);
-        let above = self.free.get(r.end).map(|(e, _)| e);
-        match (below, above) {
-            (Some(s), Some(e)) => {
-                self.free.remove(r.end);
-                self.free.reshape(s, s, e);
-            }
-            (Some(s), None) => {
-                self.free.reshape(s, s, r.end);
-            }
-            (None, Some(e)) => {
-                self.free.reshape(r.end, base, e);
-            }
-            (None, None) => self.free.insert(base, r.end, 0),
-        }
+        self.newest_holes.set(r.seq as usize, 0);
+        self.insert_free(base, r.end);
     }
 
     /// `cuMemAddressReserve(size)`: upwards from [`RESERVE_BASE`], 32 MiB aligned.
@@ -349,6 +473,17 @@ impl DeviceMemory {
         }
     }
 
+    /// The host process freed (`freed`) or mapped `[start, end)`, in the model's coordinates
+    /// ([`AddressSpace::add_host_free`], [`AddressSpace::take_host`]).
+    pub fn host_range_changed(&mut self, start: u64, end: u64, freed: bool) {
+        self.not_deferred();
+        if freed {
+            self.va.add_host_free(start, end);
+        } else {
+            self.va.take_host(start, end);
+        }
+    }
+
     /// `cudaFree`.
     pub fn free(&mut self, addr: u64, size: u64) {
         self.used = self.used.saturating_sub(size);
@@ -384,6 +519,81 @@ mod tests {
 
     // Expected layouts: the real driver's (tests/data/va-h200-580.159.txt, probes of
     // the same name), relative to the top of the first region the probe carved.
+
+    #[test]
+    fn a_range_the_host_freed_above_the_context_takes_the_regions_that_fit_there() {
+        // A host gap of 100 MiB above the context's region, its start and end not aligned.
+        let (s, e) = (T + 1029 * MIB, T + 1129 * MIB);
+        let mut va = AddressSpace::new();
+        va.add_host_free(s, e);
+        // The first 20 MiB still fill the context's hole (rule 2 before rule 3); the next go to
+        // align_down(e - 20 MiB, 32 MiB) = T + 1088 MiB, 32 MiB of the gap below it.
+        assert_eq!(run_on(&mut va, &[20, 20]), vec![488, 1088]);
+        // The region is one 32 MiB block (1088..1120), not up to the gap's end: 14 MiB do not
+        // fit its 12 MiB tail, and the rest of the gap, 1029..1088 and 1120..1129, has no room
+        // for 32 + 32 MiB: below the context.
+        assert_eq!(run_on(&mut va, &[14]), vec![-32]);
+        // 60 MiB take two blocks: the kernel's 96 MiB fit at 1032 (2 MiB-aligned, above 1029),
+        // the region at align_down(1129 - 64) = 1056.
+        let mut va = AddressSpace::new();
+        va.add_host_free(s, e);
+        assert_eq!(va.malloc(60 * MIB), Some(T + 1056 * MIB));
+        // 70 MiB: three blocks and 32 MiB, 128 MiB, do not fit 100 MiB: below the context.
+        let mut va = AddressSpace::new();
+        va.add_host_free(s, e);
+        assert_eq!(va.malloc(70 * MIB), Some(T - 96 * MIB));
+        // The kernel's 2 MiB alignment: a gap of 64.5 MiB (1026.5..1091) holds 64 MiB only from
+        // 1027, not at a 2 MiB boundary: a 20 MiB request goes below; from 1026 it fits.
+        let mut va = AddressSpace::new();
+        va.add_host_free(T + 1026 * MIB + MIB / 2, T + 1091 * MIB);
+        assert_eq!(run_on(&mut va, &[20, 20]), vec![488, -32]);
+        let mut va = AddressSpace::new();
+        va.add_host_free(T + 1026 * MIB, T + 1091 * MIB);
+        assert_eq!(run_on(&mut va, &[20, 20]), vec![488, 1056]);
+        // Freed again, the region rejoins the gap whole: the same place next time.
+        let mut va = AddressSpace::new();
+        va.add_host_free(s, e);
+        va.malloc(20 * MIB);
+        let a = va.malloc(20 * MIB).unwrap();
+        va.free(a);
+        assert_eq!(va.malloc(20 * MIB), Some(a));
+    }
+
+    #[test]
+    fn host_ranges_below_the_context_or_over_model_ranges_are_ignored() {
+        let mut va = AddressSpace::new();
+        // Below the context's end: clipped to it (here nothing is left).
+        va.add_host_free(T + 400 * MIB, T + 510 * MIB);
+        assert_eq!(run_on(&mut va, &[20, 20]), vec![488, -32]);
+        let mut va = AddressSpace::new();
+        va.add_host_free(T + 600 * MIB, T + 700 * MIB);
+        // Overlapping the range just added: ignored, not double-counted.
+        va.add_host_free(T + 650 * MIB, T + 800 * MIB);
+        // Adjacent to it: merged, one range of 600..900 MiB, where 250 MiB fit only whole:
+        // align_down(900 - 250) = 640, 40 MiB above its start.
+        va.add_host_free(T + 700 * MIB, T + 900 * MIB);
+        assert_eq!(run_on(&mut va, &[250]), vec![640]);
+    }
+
+    #[test]
+    fn a_range_the_host_mapped_again_is_taken_from_the_free_space() {
+        let mut va = AddressSpace::new();
+        va.add_host_free(T + 1000 * MIB, T + 1200 * MIB);
+        // The top 40 MiB mapped again: a 20 MiB region goes below them.
+        va.take_host(T + 1160 * MIB, T + 1300 * MIB);
+        assert_eq!(run_on(&mut va, &[20, 20]), vec![488, 1120]);
+        // Taken across several free ranges and the context: only the free parts above the
+        // context go.
+        let mut va = AddressSpace::new();
+        va.add_host_free(T + 600 * MIB, T + 700 * MIB);
+        va.add_host_free(T + 800 * MIB, T + 900 * MIB);
+        va.take_host(T, T + 820 * MIB);
+        assert_eq!(run_on(&mut va, &[20, 2, 16]), vec![488, 414, 864]);
+    }
+
+    fn run_on(va: &mut AddressSpace, ops: &[i64]) -> Vec<i64> {
+        ops.iter().map(|&op| (va.malloc(op as u64 * MIB).unwrap() as i64 - T as i64) / MIB as i64).collect()
+    }
 
     #[test]
     fn p01_20_mib_allocations_land_32_mib_apart_after_the_context_hole() {

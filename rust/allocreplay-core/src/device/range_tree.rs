@@ -1,5 +1,5 @@
-//! Disjoint ranges `[start, end)` keyed by start, with the two searches the driver's address
-//! space model makes in O(log n): the lowest range at least `len` long, and the highest one.
+//! Disjoint ranges `[start, end)` keyed by start, with the search the driver's address space
+//! model makes in O(log n): the highest range at least `len` long.
 //!
 //! A treap (randomised binary search tree, fixed seed: its shape never changes a result) in an
 //! arena, each node keeping the longest range in its subtree, so that a search descends into
@@ -234,24 +234,6 @@ impl RangeTree {
         best
     }
 
-    /// The lowest range at least `len` long: `(start, end, tag)`.
-    pub fn lowest_fit(&self, len: u64) -> Option<(u64, u64, u64)> {
-        let mut t = self.root;
-        if self.max_len(t) < len {
-            return None;
-        }
-        loop {
-            let n = &self.nodes[t as usize];
-            if self.max_len(n.left) >= len {
-                t = n.left;
-            } else if n.end - n.start >= len {
-                return Some((n.start, n.end, n.tag));
-            } else {
-                t = n.right;
-            }
-        }
-    }
-
     /// The highest range at least `len` long: `(start, end, tag)`.
     pub fn highest_fit(&self, len: u64) -> Option<(u64, u64, u64)> {
         let mut t = self.root;
@@ -311,9 +293,7 @@ mod tests {
                 }
                 _ => {
                     let len = 1 + rnd(100);
-                    let lo = model.iter().find(|(&s, &(e, _))| e - s >= len).map(|(&s, &(e, t))| (s, e, t));
                     let hi = model.iter().rev().find(|(&s, &(e, _))| e - s >= len).map(|(&s, &(e, t))| (s, e, t));
-                    assert_eq!(tree.lowest_fit(len), lo);
                     assert_eq!(tree.highest_fit(len), hi);
                     let key = rnd(200_100);
                     assert_eq!(tree.before(key), model.range(..key).next_back().map(|(&s, &(e, t))| (s, e, t)));
