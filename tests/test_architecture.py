@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "allocreplay.capture._jax",
             "allocreplay.capture._tf",
             "allocreplay.capture._tags",
+            "allocreplay.capture._hostva",
             "allocreplay.capture._nogpu",
             "allocreplay.capture._nogpu_extras",
             "allocreplay.capture._nogpu_dist",

@@ -55,6 +55,45 @@ def test_validate_no_addresses_reproduces_every_capture_in_the_modelled_address_
             assert (dev["num_alloc_retries_replayed"], dev["num_ooms_replayed"]) == (truth["num_alloc_retries"], truth["num_ooms"])
 
 
+def test_host_ranges_the_capture_noted_make_a_serving_run_exact_without_addresses(tmp_path):
+    # traces/large/phi_sample_hv__default: a Phi-style bf16 sampler built on the CPU and moved
+    # with .cuda(), recorded on the H200 by allocreplay capture's hook with its host ranges
+    # (`host_va`, issue 29 item 1; research/heldout/capture_s18.sh). The driver put most
+    # segments made during the move in the CPU weights' freed ranges; the run's own
+    # memory_stats() is the truth.
+    path = TRACES / "large" / "phi_sample_hv__default.pickle.xz"
+    truth = _stats(path, 0)
+    meta = sidecar(path)
+    assert meta["host_va"]["changes"], "the capture noted host ranges"
+    run = run_subprocess("validate", path, "--no-addresses", "--json")
+    report = json.loads(run.out)
+    assert run.code == 0 and report["ok"] is True, run.out
+    assert report["peak_reserved_replayed"] == truth["reserved_bytes.all.peak"]
+    assert report["segment_events_match"] is True
+    # Without them the model has no room above the CUDA context: one 2 MiB segment fewer, and
+    # the peak off by as much.
+    del meta["host_va"]
+    bare = tmp_path / path.name
+    bare.symlink_to(path)
+    (tmp_path / "phi_sample_hv__default.json").write_text(json.dumps(meta))
+    run = run_subprocess("validate", bare, "--no-addresses", "--json")
+    report = json.loads(run.out)
+    assert run.code == 1 and report["ok"] is False
+    assert report["peak_reserved_replayed"] == truth["reserved_bytes.all.peak"] - (2 << 20)
+
+
+def test_malformed_host_ranges_are_refused_naming_the_file(tmp_path):
+    path = TRACES / "large" / "phi_sample_hv__default.pickle.xz"
+    meta = sidecar(path)
+    meta["host_va"]["changes"][3] = [5, 100, 50, 1]
+    (tmp_path / path.name).symlink_to(path)
+    (tmp_path / "phi_sample_hv__default.json").write_text(json.dumps(meta))
+    run = run_subprocess("validate", tmp_path / path.name, "--no-addresses")
+    assert run.code != 0
+    assert "phi_sample_hv__default.json" in run.err and "'host_va' 'changes'[3]" in run.err, run.err
+    assert "Traceback" not in run.err
+
+
 def test_validate_no_addresses_readable_output():
     run = run_subprocess("validate", TRACES / "two_streams__default.pickle.xz", "--no-addresses")
     assert run.code == 0, run.err

@@ -27,6 +27,7 @@ class TorchRecorder(FrameworkRecorder):
         super().__init__(session)
         self.torch: Any = None
         self.fractions: dict[int, float] = {}
+        self.host_va: Any = None
 
     # --- start
     def on_import(self, torch: Any) -> None:
@@ -40,6 +41,8 @@ class TorchRecorder(FrameworkRecorder):
         except Exception:
             available = False
         self.status["gpu"] = available
+        if available:
+            self._watch_host_va()
         if not available:
             self.status["reason"] = "no GPU: torch.cuda.is_available() is False" + (
                 f" (CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r})" if "CUDA_VISIBLE_DEVICES" in os.environ else ""
@@ -75,6 +78,21 @@ class TorchRecorder(FrameworkRecorder):
         self.status["reason"] = None
         self.status["record_memory_history"] = kwargs
         self.session.keep_atexit_last()
+
+    def _watch_host_va(self) -> None:
+        """Note the host ranges freed while modules move to the GPU (``_hostva``), which the
+        driver uses for new segments; from the import on, so that the first ``.cuda()``, which
+        initializes CUDA, is seen."""
+        if not sys.platform.startswith("linux") or not hasattr(getattr(self.torch, "nn", None), "Module"):
+            return
+        try:
+            from . import _hostva
+
+            self.host_va = _hostva.HostVA(self.torch)
+            self.host_va.install()
+        except Exception as e:  # never break the recorded program
+            self.host_va = None
+            log(f"pytorch: not noting host ranges: {type(e).__name__}: {e}")
 
     def _watch_memory_fraction(self) -> None:
         """Remember what ``set_per_process_memory_fraction`` is given: the memory cap of the
@@ -160,6 +178,9 @@ class TorchRecorder(FrameworkRecorder):
                 "stacks": self.session.config.stacks,
             }
         )
+        host_va = self.host_va.to_json() if self.host_va is not None else None
+        if host_va is not None:
+            common["host_va"] = host_va
         devices: dict[str, str] = {}
         for d in used:
             props = torch.cuda.get_device_properties(d)

@@ -29,6 +29,7 @@ HOOK_FILES = (
     "_hook.py",
     "_recorder.py",
     "_pytorch.py",
+    "_hostva.py",
     "_jax.py",
     "_tf.py",
     "_nogpu.py",

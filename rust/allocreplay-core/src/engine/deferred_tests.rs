@@ -22,7 +22,7 @@ fn both(trace: &Trace, spec: &str, capacity: Option<u64>) -> (String, String) {
     let run = |defer: bool| {
         let mut policy = crate::registry::build(spec, &ctx).unwrap();
         let mut hooks = Hooks::default();
-        let r = replay_device_once(trace, 0, policy.as_mut(), &opts, &mut hooks, defer).expect("settled");
+        let r = replay_device_once(trace, 0, policy.as_mut(), &opts, &mut hooks, defer, Vec::new()).expect("settled");
         let DeviceReplay { policy, device, stats, events, first_oom, timeline, segments, placements, device_events, .. } = r;
         format!(
             "{policy} {device} {stats:?} {events} {first_oom:?} {timeline:?} {segments:?} {placements:?} {device_events:?} {:?} {:?}",
@@ -73,9 +73,12 @@ fn a_request_the_address_space_refuses_runs_the_replay_again_in_line() {
     let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(0), capacity: None };
     let opts = ReplayOptions { capacity: None, timeline: Some(50), defer_addresses: true, ..ReplayOptions::default() };
     let mut policy = crate::registry::build("cuda-malloc", &ctx).unwrap();
-    assert!(replay_device_once(&trace, 0, policy.as_mut(), &opts, &mut Hooks::default(), true).is_none(), "the helper saw the refusal");
+    assert!(
+        replay_device_once(&trace, 0, policy.as_mut(), &opts, &mut Hooks::default(), true, Vec::new()).is_none(),
+        "the helper saw the refusal"
+    );
     let mut policy = crate::registry::build("cuda-malloc", &ctx).unwrap();
-    let in_line = replay_device_once(&trace, 0, policy.as_mut(), &opts, &mut Hooks::default(), false).unwrap();
+    let in_line = replay_device_once(&trace, 0, policy.as_mut(), &opts, &mut Hooks::default(), false, Vec::new()).unwrap();
     let oom = in_line.first_oom.as_ref().expect("the address space ran out");
     assert!(oom.event > 10_000 && oom.event < 16_000, "{oom:?}");
     let progress = AtomicU64::new(0);

@@ -12,6 +12,8 @@ use crate::device::{DeviceEvent, DeviceMemory, Stats};
 use crate::policy::{FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::trace::{Action, Columns, Trace};
 
+mod host_ranges;
+
 #[derive(Debug, Clone, Default)]
 pub struct ReplayOptions {
     /// Bytes the policy may reserve on each device (a cap); `None`: the policy's own default
@@ -136,7 +138,11 @@ pub fn replay_device_hooked(
     // Addresses deferred: only where nothing reads them during the replay (placements,
     // validate's recorded ones, device events, a state mid-run) and the trace is long enough
     // for a second thread to pay.
+    // The host ranges the capture saw freed, for the modelled address space (validate's
+    // recorded addresses need none).
+    let host = if opts.recorded_addresses { Vec::new() } else { host_ranges::schedule(trace, device) };
     let defer = opts.defer_addresses
+        && host.is_empty()
         && policy.places_without_addresses()
         && !opts.placements
         && !opts.recorded_addresses
@@ -144,7 +150,7 @@ pub fn replay_device_hooked(
         && hooks.stop_after.is_none()
         && trace.num_events() >= DEFER_FROM;
     if defer {
-        if let Some(r) = replay_device_once(trace, device, policy, opts, hooks, true) {
+        if let Some(r) = replay_device_once(trace, device, policy, opts, hooks, true, Vec::new()) {
             return r;
         }
         // The modelled address space refused a request, which the replay did not see: again,
@@ -155,7 +161,7 @@ pub fn replay_device_hooked(
         let restarted = policy.restart();
         debug_assert!(restarted, "a policy that places without addresses restarts");
     }
-    replay_device_once(trace, device, policy, opts, hooks, false).expect("addresses in line settle")
+    replay_device_once(trace, device, policy, opts, hooks, false, host).expect("addresses in line settle")
 }
 
 /// Events from which [`ReplayOptions::defer_addresses`] starts a helper thread (below, the
@@ -170,6 +176,7 @@ fn replay_device_once(
     opts: &ReplayOptions,
     hooks: &mut Hooks<'_>,
     defer: bool,
+    host_ranges: Vec<(usize, u64, u64, bool)>,
 ) -> Option<DeviceReplay> {
     let start = Instant::now();
     let c = trace.columns();
@@ -194,6 +201,7 @@ fn replay_device_once(
     if defer {
         r.state.dev.defer();
     }
+    r.state.host_ranges = host_ranges;
     r.feed(trace.batch(), 0, hooks);
     r.finish_settled()
 }
@@ -227,6 +235,10 @@ pub struct ReplayState {
     pending_hints: Vec<(u64, u64)>,
     peak_reserved: u64,
     peak_allocated: u64,
+    /// Host ranges to add to the modelled address space before rows of the trace, by row
+    /// (`host_ranges::schedule`), and the next one.
+    host_ranges: Vec<(usize, u64, u64, bool)>,
+    host_next: usize,
 }
 
 impl<'p> DeviceReplayer<'p> {
@@ -249,6 +261,8 @@ impl<'p> DeviceReplayer<'p> {
             pending_hints: Vec::new(),
             peak_reserved: 0,
             peak_allocated: 0,
+            host_ranges: Vec::new(),
+            host_next: 0,
         };
         DeviceReplayer { policy, state }
     }
@@ -315,7 +329,19 @@ fn feed_rows<P: Policy + ?Sized>(policy: &mut P, st: &mut ReplayState, batch: &R
     // to check per row.
     let mut at = 0;
     while at < stop {
-        let end = stop.min(at + PROGRESS_EVERY);
+        // Host ranges freed (or mapped again) before this row change the modelled address space
+        // first; a run ends at the next such row.
+        while let Some(&(row, s, e, freed)) = st.host_ranges.get(st.host_next) {
+            if row > base + at {
+                break;
+            }
+            st.dev.host_range_changed(s, e, freed);
+            st.host_next += 1;
+        }
+        let mut end = stop.min(at + PROGRESS_EVERY);
+        if let Some(&(row, ..)) = st.host_ranges.get(st.host_next) {
+            end = end.min(row.saturating_sub(base));
+        }
         // A run whose rows are all on this device, with no seed and no recorded addresses to
         // offer (every replay but `validate` of a one-device trace without seeds), goes
         // through a copy of the loop that reads neither the device column nor the seed bits.
@@ -652,6 +678,7 @@ mod deferred_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::memory::AddressSpace;
     use crate::device::DeviceMemory;
     use crate::policy::PolicyContext;
     use crate::trace::{is_timeline_request, DeviceInfo, EventRow, FrameTable, TraceBuilder, TraceMetadata};
@@ -793,6 +820,52 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A range the capture saw freed by the host (issue 29 item 1) takes the next new segment
+    /// in a replay on the modelled address space, moved into the model's coordinates by where
+    /// the first segment was; `validate`'s recorded addresses ignore it, and so does a trace
+    /// whose history was cut.
+    #[test]
+    fn a_host_range_freed_in_the_run_takes_the_next_segment() {
+        const MIB: u64 = 1 << 20;
+        let recorded_first = 0x7f3a_4000_0000u64 + 488 * MIB;
+        let trace = |seeded: bool| {
+            let mut b = TraceBuilder::with_capacity(8);
+            for (id, addr) in [(0u64, recorded_first), (1, recorded_first - 520 * MIB)] {
+                let mut seg = EventRow::new(Action::SegmentAlloc, 20 * MIB);
+                seg.addr = Some(addr);
+                b.push(&seg);
+                let mut r = EventRow::new(Action::Alloc, 20 * MIB);
+                r.alloc_id = Some(id);
+                r.addr = Some(addr);
+                b.push(&r);
+            }
+            let mut md = TraceMetadata::new("pytorch");
+            md.devices = vec![DeviceInfo { index: 0, ..Default::default() }];
+            md.seeded = seeded;
+            // Freed once one allocation was made: 100 MiB, 1 GiB above the first segment.
+            let (s, e) = (recorded_first + 1029 * MIB, recorded_first + 1129 * MIB);
+            md.extra.insert("capture".into(), serde_json::json!({"device": 0, "host_va": {"changes": [[1, s, e, 1]]}}));
+            b.finish(md, FrameTable::default()).unwrap()
+        };
+        let second_segment = |t: &Trace, recorded_addresses: bool| {
+            let ctx = PolicyContext { metadata: &t.metadata, device: None, capacity: None };
+            let mut p = crate::registry::build("pytorch", &ctx).unwrap();
+            let opts = ReplayOptions { recorded_addresses, ..Default::default() };
+            let mut segs: Vec<u64> = replay_device(t, 0, p.as_mut(), &opts).segments.iter().map(|s| s.addr).collect();
+            segs.sort();
+            segs
+        };
+        let first = AddressSpace::new().malloc(20 * MIB).unwrap();
+        // The gap in the model: first + [1029, 1129) MiB; 20 MiB go to align_down(end - 20 MiB).
+        let in_gap = (first + 1109 * MIB) / (32 * MIB) * (32 * MIB);
+        assert!(in_gap - 32 * MIB >= first + 1029 * MIB);
+        assert_eq!(second_segment(&trace(false), false), vec![first, in_gap]);
+        // Without the range (a cut history): below the context, as the model puts it.
+        let below = second_segment(&trace(true), false);
+        assert!(below[0] < first && below[1] == first, "{below:?}");
+        assert_eq!(second_segment(&trace(false), true), vec![recorded_first - 520 * MIB, recorded_first]);
     }
 
     /// Downsampling as the points arrive gives what downsampling the whole timeline gives.

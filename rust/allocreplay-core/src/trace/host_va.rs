@@ -1,0 +1,79 @@
+//! What a capture saw of the host process's address space (issue 29 item 1): the ranges the
+//! process freed, or mapped again, while a model moved to the GPU (`.cuda()`, `.to()`). The CUDA
+//! driver puts new segments in the host's free ranges (docs/driver-address-space.md, "The host
+//! process's memory"). `allocreplay capture`'s hook (`capture/_hostva.py`) writes them into the
+//! capture's JSON under [`HOST_VA`]; the PyTorch importer keeps that JSON in the metadata
+//! (`extra.capture`), checked on import.
+
+use super::TraceMetadata;
+
+/// Key of the capture JSON (and of the metadata's `extra.capture`): `{"context_top",
+/// "mmap_base", "changes": [[allocations made, start, end, 1 freed / 0 taken], ...], "error"}`.
+pub const HOST_VA: &str = "host_va";
+
+/// A host range `[start, end)` found free (`freed`) or mapped again once `allocs` allocations
+/// had been made (the caching allocator's `allocation.all.allocated` when the hook looked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostChange {
+    pub allocs: u64,
+    pub start: u64,
+    pub end: u64,
+    pub freed: bool,
+}
+
+/// The changes of a capture JSON's [`HOST_VA`] object in the order noted, or what is wrong
+/// with it.
+pub fn parse_host_va(v: &serde_json::Value) -> Result<Vec<HostChange>, String> {
+    let Some(changes) = v.get("changes") else { return Err("has no 'changes' list".into()) };
+    let Some(changes) = changes.as_array() else { return Err("'changes' is not a list".into()) };
+    let mut out = Vec::with_capacity(changes.len());
+    for (i, c) in changes.iter().enumerate() {
+        let nums: Option<Vec<u64>> = c.as_array().and_then(|a| a.iter().map(serde_json::Value::as_u64).collect());
+        match nums.as_deref() {
+            Some(&[allocs, start, end, kind]) if start < end && kind <= 1 => out.push(HostChange { allocs, start, end, freed: kind == 1 }),
+            _ => return Err(format!("'changes'[{i}] is not [allocations, start, end, 1 or 0] with start < end (non-negative integers)")),
+        }
+    }
+    Ok(out)
+}
+
+impl TraceMetadata {
+    /// The host ranges the capture of `device` saw change ([`HOST_VA`]), in the order noted;
+    /// none when the capture recorded none (or recorded another device).
+    pub fn host_changes(&self, device: i32) -> Vec<HostChange> {
+        let Some(capture) = self.extra.get("capture") else { return Vec::new() };
+        if capture.get("device").and_then(serde_json::Value::as_i64).is_some_and(|d| d != i64::from(device)) {
+            return Vec::new();
+        }
+        capture.get(HOST_VA).and_then(|v| parse_host_va(v).ok()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn changes_are_read_and_bad_ones_named() {
+        let v = json!({"context_top": 1, "changes": [[0, 100, 200, 1], [5, 150, 160, 0]]});
+        assert_eq!(
+            parse_host_va(&v).unwrap(),
+            vec![HostChange { allocs: 0, start: 100, end: 200, freed: true }, HostChange { allocs: 5, start: 150, end: 160, freed: false }]
+        );
+        assert!(parse_host_va(&json!({"changes": [[0, 200, 100, 1]]})).unwrap_err().contains("'changes'[0]"));
+        assert!(parse_host_va(&json!({"changes": [[0, 100, 200, 2]]})).is_err());
+        assert!(parse_host_va(&json!({"changes": [[0, -1, 100, 1]]})).is_err());
+        assert!(parse_host_va(&json!({"changes": [[0, 1, 100]]})).is_err());
+        assert!(parse_host_va(&json!({"changes": 3})).unwrap_err().contains("not a list"));
+        assert!(parse_host_va(&json!({})).is_err());
+    }
+
+    #[test]
+    fn only_the_captured_device_has_them() {
+        let mut m = TraceMetadata::new("pytorch");
+        m.extra.insert("capture".into(), json!({"device": 1, HOST_VA: {"changes": [[0, 100, 200, 1]]}}));
+        assert_eq!(m.host_changes(1).len(), 1);
+        assert!(m.host_changes(0).is_empty());
+    }
+}
