@@ -88,7 +88,8 @@ pub struct AddressSpace {
     /// Per region, by creation order ([`Region::seq`]): its largest hole's length (0: none, or
     /// no longer a region).
     newest_holes: MaxTree,
-    /// The base of the region of each creation order (`u64::MAX` once freed).
+    /// The base of the region of each creation order (a freed one's base may hold a newer
+    /// region since: [`Region::seq`] tells).
     by_seq: Vec<u64>,
     regions: FxHashMap<u64, Region>,
     /// Allocation address -> the base of its region.

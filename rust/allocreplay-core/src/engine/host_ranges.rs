@@ -15,12 +15,12 @@ use crate::trace::{Action, Trace};
 
 /// `(trace row, start, end, freed)` in the model's coordinates, by row: the ranges to add to
 /// (`freed`) or take from the modelled address space before each row is replayed (the address
-/// space uses only their part above its CUDA context: `AddressSpace::add_host_free`). Empty when the trace has none, or
-/// when its history was cut (the alloc count of a seeded trace does not start at the run's
-/// start).
+/// space uses only their part above its CUDA context: `AddressSpace::add_host_free`). Empty
+/// when the trace has none, or when its history was cut (the alloc count of a seeded trace
+/// does not start at the run's start).
 pub(crate) fn schedule(trace: &Trace, device: i32) -> Vec<(usize, u64, u64, bool)> {
-    let mut freed = trace.metadata.host_changes(device);
-    if freed.is_empty() || trace.metadata.seeded {
+    let mut changes = trace.metadata.host_changes(device);
+    if changes.is_empty() || trace.metadata.seeded {
         return Vec::new();
     }
     let c = trace.columns();
@@ -33,9 +33,9 @@ pub(crate) fn schedule(trace: &Trace, device: i32) -> Vec<(usize, u64, u64, bool
     let shift = i128::from(modelled) - i128::from(recorded);
     let moved = |a: u64| u64::try_from(i128::from(a) + shift).ok();
     // In the order noted (a stable sort: the hook notes in order of `allocs` already).
-    freed.sort_by_key(|f| f.allocs);
-    let mut out = Vec::with_capacity(freed.len());
-    let mut next = freed.iter().peekable();
+    changes.sort_by_key(|f| f.allocs);
+    let mut out = Vec::with_capacity(changes.len());
+    let mut next = changes.iter().peekable();
     let mut allocs = 0u64;
     for j in 0..c.action.len() {
         if !on(j) || c.action[j] != Action::Alloc as u8 {
