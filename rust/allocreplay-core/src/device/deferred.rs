@@ -24,11 +24,18 @@ pub(crate) trait AddressPlacer: Send + 'static {
     fn malloc(&mut self, size: u64) -> Option<u64>;
     /// `cudaFree(addr)`.
     fn free(&mut self, addr: u64);
+    /// The host process freed (`freed`) or mapped `[start, end)`.
+    fn host_changed(&mut self, start: u64, end: u64, freed: bool);
 }
 
 /// `cudaMalloc`s and `cudaFree`s sent to the helper at a time: (token, size) for a malloc,
-/// (token, 0) for a free.
+/// (token, 0) for a free; a host range's change is two entries, ([`HOST_FREED`] or
+/// [`HOST_TAKEN`], start) and (end, 0), sent together.
 const BATCH: usize = 4096;
+
+/// Markers of a host range's change (below every token).
+const HOST_FREED: u64 = 1;
+const HOST_TAKEN: u64 = 2;
 
 /// The first token (any start works; a recognisable one reads better in a debugger).
 const FIRST_TOKEN: u64 = 1 << 48;
@@ -63,13 +70,21 @@ impl Deferred {
             .spawn(move || {
                 let mut real: FxHashMap<u64, u64> = FxHashMap::default();
                 for mut batch in from_replay {
-                    for &(token, size) in &batch {
+                    let mut i = 0;
+                    while i < batch.len() {
+                        let (token, size) = batch[i];
+                        if token == HOST_FREED || token == HOST_TAKEN {
+                            va.host_changed(size, batch[i + 1].0, token == HOST_FREED);
+                            i += 2;
+                            continue;
+                        }
                         if size > 0 {
                             // `DeviceMemory::malloc`'s `self.va.malloc(size)?`.
                             real.insert(token, va.malloc(size)?);
                         } else if let Some(addr) = real.remove(&token) {
                             va.free(addr);
                         }
+                        i += 1;
                     }
                     batch.clear();
                     let _ = back.send(batch);
@@ -103,6 +118,14 @@ impl Deferred {
     #[inline]
     pub(crate) fn free(&mut self, token: u64) {
         self.push((token, 0));
+    }
+
+    /// The host process freed (`freed`) or mapped `[start, end)`: applied by the helper in its
+    /// place among the calls.
+    pub(crate) fn host_changed(&mut self, start: u64, end: u64, freed: bool) {
+        // Both entries in one batch: `push` sends only once the pair is in.
+        self.ops.push((if freed { HOST_FREED } else { HOST_TAKEN }, start));
+        self.push((end, 0));
     }
 
     /// A call outside `malloc` / `free`: the replay is run again with the address space in line.
@@ -158,8 +181,17 @@ mod tests {
         let mut va = AddressSpace::new();
         let mut live: Vec<(u64, u64)> = Vec::new();
         let mut rng = crate::test_rng::XorShift64::new(7);
-        for _ in 0..20_000 {
+        // Host ranges freed and taken again above the context (issue 29), now and then.
+        let above = AddressSpace::new().malloc(2 * MIB).expect("room") + (1 << 30);
+        for step in 0..20_000 {
             let x = rng.next_u64();
+            if step % 97 == 0 {
+                let start = above + (x >> 20) % 4096 * MIB + (x % 3) * 4096;
+                let end = start + (1 + (x >> 40) % 200) * MIB;
+                d.host_changed(start, end, !x.is_multiple_of(5));
+                va.host_changed(start, end, !x.is_multiple_of(5));
+                continue;
+            }
             if live.len() < 8 || !x.is_multiple_of(3) {
                 let size = (1 + x % 40) * 2 * MIB;
                 live.push((d.malloc(size), va.malloc(size).expect("room")));

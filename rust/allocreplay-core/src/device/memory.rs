@@ -105,6 +105,13 @@ impl super::deferred::AddressPlacer for AddressSpace {
     fn free(&mut self, addr: u64) {
         AddressSpace::free(self, addr)
     }
+    fn host_changed(&mut self, start: u64, end: u64, freed: bool) {
+        if freed {
+            self.add_host_free(start, end);
+        } else {
+            self.take_host(start, end);
+        }
+    }
 }
 
 impl Default for AddressSpace {
@@ -478,11 +485,10 @@ impl DeviceMemory {
     /// The host process freed (`freed`) or mapped `[start, end)`, in the model's coordinates
     /// ([`AddressSpace::add_host_free`], [`AddressSpace::take_host`]).
     pub fn host_range_changed(&mut self, start: u64, end: u64, freed: bool) {
-        self.not_deferred();
-        if freed {
-            self.va.add_host_free(start, end);
-        } else {
-            self.va.take_host(start, end);
+        use super::deferred::AddressPlacer;
+        match self.deferred.as_mut() {
+            Some(d) => d.host_changed(start, end, freed),
+            None => self.va.host_changed(start, end, freed),
         }
     }
 

@@ -142,7 +142,6 @@ pub fn replay_device_hooked(
     // recorded addresses need none).
     let host = if opts.recorded_addresses { Vec::new() } else { host_ranges::schedule(trace, device) };
     let defer = opts.defer_addresses
-        && host.is_empty()
         && policy.places_without_addresses()
         && !opts.placements
         && !opts.recorded_addresses
@@ -150,7 +149,7 @@ pub fn replay_device_hooked(
         && hooks.stop_after.is_none()
         && trace.num_events() >= DEFER_FROM;
     if defer {
-        if let Some(r) = replay_device_once(trace, device, policy, opts, hooks, true, Vec::new()) {
+        if let Some(r) = replay_device_once(trace, device, policy, opts, hooks, true, host.clone()) {
             return r;
         }
         // The modelled address space refused a request, which the replay did not see: again,
