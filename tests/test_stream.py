@@ -118,3 +118,16 @@ def test_info_streams_large_files_with_the_same_output(tiled, monkeypatch):
     assert streamed == loaded and "5,496" in streamed[0]
     info, metadata = _core.info_file(str(tiled))
     assert metadata == allocreplay.load(tiled).metadata and info.events == 5496
+
+
+def test_a_streamed_replay_applies_the_host_ranges_the_capture_noted(tmp_path, monkeypatch):
+    # traces/large/phi_sample_hv__default carries `host_va` (issue 29 item 1): a streamed replay
+    # of its .arrow, in batches of 100,000 rows, places segments as the loaded one does.
+    t = allocreplay.load(TRACES / "large" / "phi_sample_hv__default.pickle.xz")
+    path = tmp_path / "phi.arrow"
+    assert _core.tile_file(t._inner, 1, str(path), 100_000) == len(t)
+    specs = ["pytorch", "cuda-malloc"]
+    loaded = allocreplay.replay(allocreplay.load(path), specs, timeline_points=50)
+    streamed, _ = _core.replay_file(str(path), specs, None, 50, True)
+    for a, b in zip(tables(loaded), tables(allocreplay.ReplayResult(streamed))):
+        assert a.equals(b)

@@ -219,6 +219,11 @@ impl<'a> Source<'a> {
             Source::Memory(t) => Ok(replay_device_hooked(t, device, policy, opts, hooks)),
             Source::Mapped(t) => {
                 let mut r = DeviceReplayer::new(device, policy, opts, t.max_alloc_id(), t.timeline_requests(device));
+                if !opts.recorded_addresses {
+                    // A pass over the batches that reaches the last host change's row (moves
+                    // come early in a run), only for a capture that noted some.
+                    r.set_host_ranges(crate::engine::host_ranges::schedule(&t.metadata, device, t.batches()?)?);
+                }
                 for b in t.batches()? {
                     let (base, batch) = b?;
                     if !r.feed(&batch, base, hooks) {

@@ -12,7 +12,7 @@ use crate::device::{DeviceEvent, DeviceMemory, Stats};
 use crate::policy::{FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::trace::{Action, Columns, Trace};
 
-mod host_ranges;
+pub(crate) mod host_ranges;
 
 #[derive(Debug, Clone, Default)]
 pub struct ReplayOptions {
@@ -140,7 +140,12 @@ pub fn replay_device_hooked(
     // for a second thread to pay.
     // The host ranges the capture saw freed, for the modelled address space (validate's
     // recorded addresses need none).
-    let host = if opts.recorded_addresses { Vec::new() } else { host_ranges::schedule(trace, device) };
+    let host = if opts.recorded_addresses {
+        Vec::new()
+    } else {
+        let whole = [Ok::<_, std::convert::Infallible>((0, trace.batch().clone()))];
+        host_ranges::schedule(&trace.metadata, device, whole).unwrap_or_else(|never| match never {})
+    };
     let defer = opts.defer_addresses
         && policy.places_without_addresses()
         && !opts.placements
@@ -200,7 +205,7 @@ fn replay_device_once(
     if defer {
         r.state.dev.defer();
     }
-    r.state.host_ranges = host_ranges;
+    r.set_host_ranges(host_ranges);
     r.feed(trace.batch(), 0, hooks);
     r.finish_settled()
 }
@@ -264,6 +269,12 @@ impl<'p> DeviceReplayer<'p> {
             host_next: 0,
         };
         DeviceReplayer { policy, state }
+    }
+
+    /// The host ranges to apply to the modelled address space before rows of the trace
+    /// (`host_ranges::schedule`).
+    pub(crate) fn set_host_ranges(&mut self, host_ranges: Vec<(usize, u64, u64, bool)>) {
+        self.state.host_ranges = host_ranges;
     }
 
     /// Replays the rows of `batch`, whose first row is event `base` of the trace. Returns false
