@@ -257,3 +257,41 @@ fn entries_missing_a_required_key_name_it_instead_of_reading_0() {
         "crafted.pickle: device_traces[0][0] (alloc) has no 'addr': every alloc entry records it"
     );
 }
+
+/// A history of `n` entries (alloc and free_completed of 512 bytes at 0x20000, in turn) with
+/// the entries at `bad` replaced by an alloc without 'addr'.
+fn long_history(n: usize, bad: &[usize]) -> Vec<u8> {
+    let mut no_addr = b"}(".to_vec();
+    no_addr.extend(s("action"));
+    no_addr.extend(s("alloc"));
+    no_addr.extend(s("size"));
+    no_addr.extend_from_slice(b"M\x00\x02u");
+    let (alloc, free) = (entry("alloc", b"J\x00\x00\x02\x00", b"M\x00\x02"), entry("free_completed", b"J\x00\x00\x02\x00", b"M\x00\x02"));
+    let mut t = b"](](".to_vec();
+    for i in 0..n {
+        t.extend_from_slice(if bad.contains(&i) {
+            &no_addr
+        } else if i % 2 == 0 {
+            &alloc
+        } else {
+            &free
+        });
+    }
+    t.extend_from_slice(b"eae");
+    snapshot(&t, b"}")
+}
+
+#[test]
+fn a_long_history_decoded_on_threads_names_its_first_bad_entry() {
+    // 300,000 entries: more than the 2^18 from which the entries are decoded on several threads
+    // (one per core), each its own run of them.
+    let t = import(&long_history(300_000, &[])).unwrap();
+    assert_eq!(t.num_events(), 300_000);
+    assert!(t.columns().size.iter().all(|&s| s == 512));
+    for (bad, first) in [(&[290_001usize][..], 290_001), (&[290_001, 20_001][..], 20_001), (&[150_001, 149_999][..], 149_999)] {
+        assert_eq!(
+            format_error(&long_history(300_000, bad)),
+            format!("crafted.pickle: device_traces[0][{first}] (alloc) has no 'addr': every alloc entry records it")
+        );
+    }
+}

@@ -539,13 +539,68 @@ fn parse_entries(
     prefault: Option<&Prefaulter>,
     clamped_ooms: &mut Vec<serde_json::Value>,
 ) -> Result<Vec<Entry>> {
-    let mut out = Vec::with_capacity(entries.len());
+    let mut out: Vec<Entry> = Vec::with_capacity(entries.len());
     if let Some(pf) = prefault {
         pf.ahead(ENTRIES_SLOT, &out, usize::MAX);
     }
-    for (i, &e) in entries.iter().enumerate() {
+    let threads = entry_threads(entries.len());
+    if threads < 2 {
+        let slots = &mut out.spare_capacity_mut()[..entries.len()];
+        decode_entries(p, entries, 0, slots, dev, path, classes, clamped_ooms)?;
+    } else {
+        let chunk = entries.len().div_ceil(threads);
+        let slots = &mut out.spare_capacity_mut()[..entries.len()];
+        let done: Vec<Result<Vec<serde_json::Value>>> = std::thread::scope(|s| {
+            let workers: Vec<_> = entries
+                .chunks(chunk)
+                .zip(slots.chunks_mut(chunk))
+                .enumerate()
+                .map(|(t, (entries, slots))| {
+                    s.spawn(move || {
+                        let (mut classes, mut clamped) = (StrClasses::new(p), Vec::new());
+                        decode_entries(p, entries, t * chunk, slots, dev, path, &mut classes, &mut clamped).map(|()| clamped)
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        });
+        // The first error in the entries' order, as one thread would find it.
+        for clamped in done {
+            clamped_ooms.extend(clamped?);
+        }
+    }
+    // SAFETY: `decode_entries` wrote every slot of `entries.len()` (it returns an error
+    // otherwise, and the entries written are then dropped as uninitialised memory: `Entry`
+    // owns nothing).
+    unsafe { out.set_len(entries.len()) };
+    Ok(out)
+}
+
+/// Threads for the decoding of `n` entries: the cores, at most 8, for large histories.
+fn entry_threads(n: usize) -> usize {
+    if n < 1 << 18 {
+        return 1;
+    }
+    std::thread::available_parallelism().map_or(1, |p| p.get()).min(8)
+}
+
+/// Decodes `entries` (from `first`, the index of `entries[0]` in the device's history) into
+/// `slots`, one each; the first bad entry is the error.
+#[allow(clippy::too_many_arguments)]
+fn decode_entries(
+    p: &Pickle,
+    entries: &[Value],
+    first: usize,
+    slots: &mut [std::mem::MaybeUninit<Entry>],
+    dev: i32,
+    path: &Path,
+    classes: &mut StrClasses,
+    clamped_ooms: &mut Vec<serde_json::Value>,
+) -> Result<()> {
+    for ((i, &e), slot) in entries.iter().enumerate().zip(slots) {
+        let i = first + i;
         if let Some(entry) = p.record(e).and_then(|rec| record_entry(p, rec, classes)) {
-            out.push(entry);
+            slot.write(entry);
             continue;
         }
         let (mut action, mut addr, mut size, mut stream, mut time, mut frames) = (None, None, None, 0i64, None, Value::None);
@@ -622,9 +677,9 @@ fn parse_entries(
             _ => NO_FRAMES,
         };
         let (has_time, time) = (time.is_some(), time.unwrap_or(0));
-        out.push(Entry { addr, size, stream, time, frames, action, has_time });
+        slot.write(Entry { addr, size, stream, time, frames, action, has_time });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// An entry stored as a record whose fields are what a snapshot writes (an action name, ints

@@ -1,6 +1,8 @@
 //! The semantic check of a trace's events, run on every load (docs/bad-inputs.md): a pass over
 //! the columns, O(events), with one state array indexed by the dense allocation ids and no
-//! allocation per event.
+//! allocation per event. A strict check of a large trace first runs on the cores (`passes_on_threads`:
+//! each thread a share of the rows and a share of the ids); only a trace it does not pass goes
+//! through the one-thread pass, which names the first violation.
 //!
 //! Always errors (a corrupt file, whatever the options): sizes and addresses of 2^56 or more, and
 //! allocation ids beyond the number of events. Errors by default and skipped with `lenient`
@@ -36,6 +38,11 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
     let n = trace.num_events();
     let mut keep: Option<Vec<bool>> = None;
     let mut skipped = 0usize;
+    // A strict load of a trace that passes (every real one) is decided on spare cores; any
+    // doubt, and the pass below finds the first violation and names it.
+    if !lenient && passes_on_threads(&trace, check_threads(n)) {
+        return Ok(trace);
+    }
     {
         let mut checker = EventChecker::new(&trace.metadata, n as u64, DenseIds::new(n));
         let c = trace.columns();
@@ -66,6 +73,120 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
     let extra: Vec<arrow_schema::Field> = batch.schema().fields().iter().skip(10).map(|f| f.as_ref().clone()).collect();
     let columns: Vec<Arc<dyn Array>> = batch.columns().to_vec();
     Trace::from_parts(metadata, trace.frames.clone(), &extra, columns)
+}
+
+/// Traces of fewer events are checked on one thread: starting threads would cost more.
+const PARALLEL_FROM: usize = 1 << 18;
+
+/// Threads for the check of `n` events: the cores, at most 8; 1 (no parallel pass) for small
+/// traces or one core.
+fn check_threads(n: usize) -> usize {
+    if n < PARALLEL_FROM {
+        return 1;
+    }
+    std::thread::available_parallelism().map_or(1, |p| p.get()).min(8)
+}
+
+/// Whether every event of `trace` passes [`EventChecker::check`] (no violation, nothing
+/// corrupt), decided on `threads` threads: thread `t` checks the rows of its `t`-th of the
+/// trace one by one, and runs the allocation-id states of its `t`-th of the ids over every row.
+/// Same answer as the sequential pass; `false` on one thread (nothing decided).
+fn passes_on_threads(trace: &Trace, threads: usize) -> bool {
+    if threads < 2 || crate::cancel::check().is_err() {
+        return false;
+    }
+    let n = trace.num_events();
+    let (md, c) = (&trace.metadata, trace.columns());
+    let part = |t: usize| t * n / threads..(t + 1) * n / threads;
+    let results: Vec<Option<DeviceTimes>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let c = &c;
+                s.spawn(move || if ids_pass(c, part(t), n) { rows_pass(md, c, part(t)) } else { None })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().ok().flatten()).collect()
+    });
+    times_follow_on(&results)
+}
+
+/// Per device: its first and last clocked time in a run of rows.
+type DeviceTimes = Vec<(i32, i64, i64)>;
+
+/// The checks of [`EventChecker::check`] that need no allocation-id state, on `rows`: the
+/// devices' first and last times if every row passes, with times not going backwards within.
+fn rows_pass(md: &TraceMetadata, c: &Columns<'_>, rows: std::ops::Range<usize>) -> Option<DeviceTimes> {
+    let clocked = md.source != "xla";
+    let (mut ok_device, mut ok_pool) = (None, None);
+    let mut times: DeviceTimes = Vec::new();
+    for j in rows {
+        let Some(action) = Action::from_code(c.action[j]) else { continue };
+        let bad_addr = action != Action::Oom && c.addr.is_valid(j) && c.addr.value(j) >= MAX_SIZE;
+        let needs_id = matches!(action, Action::Alloc | Action::FreeRequested | Action::FreeCompleted);
+        let id_valid = c.alloc_id_valid(j);
+        if c.size[j] >= MAX_SIZE || bad_addr || (id_valid && c.alloc_id[j] >= c.alloc_id.len() as u64) || (needs_id && !id_valid) {
+            return None;
+        }
+        let (dev, pool) = (c.device[j], c.pool[j]);
+        if ok_device != Some(dev) {
+            md.devices.iter().any(|x| x.index == dev).then_some(())?;
+            ok_device = Some(dev);
+        }
+        if ok_pool != Some(pool) {
+            md.pools.iter().any(|x| x.index == pool).then_some(())?;
+            ok_pool = Some(pool);
+        }
+        if clocked && !c.seed.value(j) && c.time_ns.is_valid(j) {
+            let t = c.time_ns.value(j);
+            match times.iter_mut().find(|x| x.0 == dev) {
+                Some(last) if t < last.2 => return None,
+                Some(last) => last.2 = t,
+                None => times.push((dev, t, t)),
+            }
+        }
+    }
+    Some(times)
+}
+
+/// Every id in `ids` goes through the states the sequential check allows (alloc once, then an
+/// optional free request, then the free, each with the allocated size), over all `n` rows.
+fn ids_pass(c: &Columns<'_>, ids: std::ops::Range<usize>, n: usize) -> bool {
+    let (lo, hi) = (ids.start as u64, ids.end as u64);
+    let mut state = vec![UNSEEN; ids.len()];
+    let mut size_of = vec![0u64; ids.len()];
+    for j in 0..n {
+        let id = c.alloc_id[j];
+        if id < lo || id >= hi || !c.alloc_id_valid(j) {
+            continue;
+        }
+        let k = (id - lo) as usize;
+        let size = c.size[j];
+        match Action::from_code(c.action[j]) {
+            Some(Action::Alloc) if state[k] == UNSEEN => (state[k], size_of[k]) = (LIVE, size),
+            Some(Action::FreeRequested) if state[k] == LIVE && size_of[k] == size => state[k] = REQUESTED,
+            Some(Action::FreeCompleted) if matches!(state[k], LIVE | REQUESTED) && size_of[k] == size => state[k] = FREED,
+            Some(Action::Alloc | Action::FreeRequested | Action::FreeCompleted) => return false,
+            _ => {}
+        }
+    }
+    true
+}
+
+/// Whether each run's first time on a device is no earlier than the last time of the runs
+/// before it, every run having passed (`Some`).
+fn times_follow_on(runs: &[Option<DeviceTimes>]) -> bool {
+    let mut last: Vec<(i32, i64)> = Vec::new();
+    for run in runs {
+        let Some(run) = run else { return false };
+        for &(dev, first, end) in run {
+            match last.iter_mut().find(|x| x.0 == dev) {
+                Some(l) if first < l.1 => return false,
+                Some(l) => l.1 = end,
+                None => last.push((dev, end)),
+            }
+        }
+    }
+    true
 }
 
 /// The metadata's device memory sizes are below 2^56 bytes, as every size (a capacity of more
@@ -413,6 +534,71 @@ mod tests {
             assert_eq!(e.to_string(), "t.arrow: event 0 (alloc): size 72057594037927936 is not below 2^56 bytes: the trace is corrupt");
             let e = check_trace(trace(&[(Alloc, Some(7), 8, None, 0)]), Path::new("t.arrow"), lenient).unwrap_err();
             assert!(e.to_string().contains("alloc_id 7 is not dense"), "{e}");
+        }
+    }
+
+    /// A consistent trace from `seed` (allocs, free requests, frees; times rising), then
+    /// `breaks` rows changed: an id, a size, a time, the device, or a row repeated.
+    fn made_trace(seed: u64, breaks: usize) -> Vec<Row> {
+        let mut x = seed | 1;
+        let mut next = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let (mut rows, mut live, mut id): (Vec<Row>, Vec<(u64, bool)>, u64) = (Vec::new(), Vec::new(), 0);
+        for t in 0..16 + next(24) as i64 {
+            match next(3) {
+                0 if !live.is_empty() => {
+                    let k = next(live.len() as u64) as usize;
+                    let (i, requested) = live[k];
+                    if requested || next(2) == 0 {
+                        live.swap_remove(k);
+                        rows.push((Done, Some(i), 8 + i, Some(t), 0));
+                    } else {
+                        live[k].1 = true;
+                        rows.push((Req, Some(i), 8 + i, Some(t), 0));
+                    }
+                }
+                _ => {
+                    live.push((id, false));
+                    rows.push((Alloc, Some(id), 8 + id, Some(t), 0));
+                    id += 1;
+                }
+            }
+        }
+        for _ in 0..breaks {
+            let k = next(rows.len() as u64) as usize;
+            match next(5) {
+                0 => rows[k].1 = Some(next(id + 2)),
+                1 => rows[k].2 += 1,
+                2 => rows[k].3 = Some(next(40) as i64),
+                3 => rows[k].4 = 1,
+                _ => rows.insert(next(rows.len() as u64) as usize, rows[k]),
+            }
+        }
+        rows
+    }
+
+    proptest::proptest! {
+        /// The threads' verdict is the sequential check's, on traces broken in 0–2 places.
+        #[test]
+        fn the_threads_decide_as_the_sequential_check(seed in proptest::num::u64::ANY, breaks in 0usize..3, threads in 2usize..6) {
+            let t = trace(&made_trace(seed, breaks));
+            let sequential = check_trace(t.clone(), Path::new("t.arrow"), false).is_ok();
+            proptest::prop_assert_eq!(passes_on_threads(&t, threads), sequential);
+        }
+    }
+
+    #[test]
+    fn a_trace_that_passes_passes_on_threads_too() {
+        let rows: Vec<Row> =
+            (0..64u64).flat_map(|i| [(Alloc, Some(i), 8, Some(i as i64), 0), (Done, Some(i), 8, Some(i as i64), 0)]).collect();
+        let t = trace(&rows);
+        assert!(check_trace(t.clone(), Path::new("t.arrow"), false).is_ok());
+        for threads in 2..9 {
+            assert!(passes_on_threads(&t, threads), "{threads} threads");
         }
     }
 }
