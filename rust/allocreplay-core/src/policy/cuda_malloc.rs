@@ -61,8 +61,46 @@ struct Page {
     live: u32,
     /// Rounded bytes of the live allocations in the page.
     allocated: u64,
-    /// The page's free ranges as (offset, end), by offset (empty once the page is released).
-    free: Vec<(u32, u32)>,
+    /// Boundary tags of the page's free ranges, one per 512-byte unit: a free range's length
+    /// in units at its first and at its last unit, 0 everywhere else (all 0 once the page is
+    /// released). The ranges next to a freed block are read there, not searched for.
+    tags: Box<[u16]>,
+}
+
+/// 512-byte units of a page.
+const UNITS: usize = (PAGE / MALLOC_ALIGN) as usize;
+
+impl Page {
+    /// Marks the bytes `start..end` one free range.
+    #[inline(always)]
+    fn tag_free(&mut self, start: u64, end: u64) {
+        let (a, b) = ((start / MALLOC_ALIGN) as usize, (end / MALLOC_ALIGN) as usize);
+        let len = (b - a) as u16;
+        self.tags[a] = len;
+        self.tags[b - 1] = len;
+    }
+
+    /// Unmarks the free range of bytes `start..end`.
+    #[inline(always)]
+    fn untag(&mut self, start: u64, end: u64) {
+        self.tags[(start / MALLOC_ALIGN) as usize] = 0;
+        self.tags[(end / MALLOC_ALIGN) as usize - 1] = 0;
+    }
+
+    /// The start of the free range ending at byte `end`, if one does.
+    #[inline(always)]
+    fn free_ending_at(&self, end: u64) -> Option<u64> {
+        let u = (end / MALLOC_ALIGN) as usize;
+        let len = *self.tags.get(u.checked_sub(1)?)?;
+        (len > 0).then(|| end - u64::from(len) * MALLOC_ALIGN)
+    }
+
+    /// The end of the free range starting at byte `start`, if one does.
+    #[inline(always)]
+    fn free_starting_at(&self, start: u64) -> Option<u64> {
+        let len = *self.tags.get((start / MALLOC_ALIGN) as usize)?;
+        (len > 0).then(|| start + u64::from(len) * MALLOC_ALIGN)
+    }
 }
 
 /// `v.remove(i)`, with no call to `memmove` when `i` is the last index: the lists here are
@@ -214,30 +252,30 @@ impl PageLayout {
         }
         let (page, off, new_page) = match self.by_size.take_best_fit(r) {
             Some((len, page, off)) => {
-                let free = &mut self.pages[page as usize].free;
-                let i = free.partition_point(|&(o, _)| u64::from(o) < off);
+                let p = &mut self.pages[page as usize];
+                p.untag(off, off + len);
                 if len > r {
-                    // The range keeps its place in the page's list: it only starts later.
-                    free[i].0 = (off + r) as u32;
+                    // The rest of the range stays free.
+                    p.tag_free(off + r, off + len);
                     self.by_size.insert(len - r, page, off + r);
-                } else {
-                    remove_at(free, i);
                 }
                 (page, off, false)
             }
             None => {
                 let addr = device.malloc(PAGE)?;
-                let fresh = Page { addr, live: 0, allocated: 0, free: vec![(r as u32, PAGE as u32)] };
                 let page = match self.free_slots.pop() {
                     Some(i) => {
-                        self.pages[i as usize] = fresh;
+                        // A released page's tags are all 0 again (`free_small`).
+                        let p = &mut self.pages[i as usize];
+                        (p.addr, p.live, p.allocated) = (addr, 0, 0);
                         i
                     }
                     None => {
-                        self.pages.push(fresh);
+                        self.pages.push(Page { addr, live: 0, allocated: 0, tags: vec![0; UNITS].into_boxed_slice() });
                         (self.pages.len() - 1) as u32
                     }
                 };
+                self.pages[page as usize].tag_free(r, PAGE);
                 self.by_size.insert(PAGE - r, page, r);
                 (page, 0, true)
             }
@@ -262,37 +300,31 @@ impl PageLayout {
     /// Frees the `r` (rounded) bytes at `off` in shared page `page`; returns true when that
     /// released the page.
     pub(crate) fn free_small(&mut self, page: u32, off: u64, r: u64, device: &mut DeviceMemory) -> bool {
-        let (start, end) = (off as u32, (off + r) as u32);
+        let (start, end) = (off, off + r);
         let p = &mut self.pages[page as usize];
         p.live -= 1;
         p.allocated -= r;
         // The free ranges just below and just above, merged with the freed one.
-        let i = p.free.partition_point(|&(o, _)| o < start);
-        let below = i.checked_sub(1).filter(|&j| p.free[j].1 == start);
-        let above = Some(i).filter(|&j| p.free.get(j).is_some_and(|&(o, _)| o == end));
-        for j in below.into_iter().chain(above) {
-            let (o, e) = p.free[j];
-            self.by_size.remove(u64::from(e - o), page, u64::from(o));
+        let below = p.free_ending_at(start);
+        let above = p.free_starting_at(end);
+        if let Some(o) = below {
+            p.untag(o, start);
+            self.by_size.remove(start - o, page, o);
         }
-        let merged_start = below.map_or(start, |j| p.free[j].0);
-        let merged_end = above.map_or(end, |j| p.free[j].1);
+        if let Some(e) = above {
+            p.untag(end, e);
+            self.by_size.remove(e - end, page, end);
+        }
+        let (merged_start, merged_end) = (below.unwrap_or(start), above.unwrap_or(end));
         if p.live == 0 {
-            debug_assert_eq!((u64::from(merged_start), u64::from(merged_end)), (0, PAGE));
-            p.free = Vec::new();
+            debug_assert_eq!((merged_start, merged_end), (0, PAGE));
+            debug_assert!(p.tags.iter().all(|&t| t == 0));
             device.free(p.addr, PAGE);
             self.free_slots.push(page);
             return true;
         }
-        match (below, above) {
-            (Some(j), Some(k)) => {
-                p.free[j].1 = merged_end;
-                remove_at(&mut p.free, k);
-            }
-            (Some(j), None) => p.free[j].1 = merged_end,
-            (None, Some(k)) => p.free[k].0 = merged_start,
-            (None, None) => p.free.insert(i, (start, end)),
-        }
-        self.by_size.insert(u64::from(merged_end - merged_start), page, u64::from(merged_start));
+        p.tag_free(merged_start, merged_end);
+        self.by_size.insert(merged_end - merged_start, page, merged_start);
         false
     }
 
