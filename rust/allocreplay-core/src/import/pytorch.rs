@@ -737,11 +737,52 @@ fn import_device(
 ) -> Result<(bool, usize)> {
     let mut pools = DevicePools::new(finals);
     pools.fit = fit;
-    let before = state_before(parsed, finals, &pools, dev, strict)?;
+    // The walk back to the state before the history and the walk forward matching frees to
+    // allocations are independent: on two cores for a long history.
+    let (before, matched) = if parsed.len() >= 1 << 18 && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+        std::thread::scope(|s| {
+            let back = s.spawn(|| state_before(parsed, finals, &pools, dev, strict));
+            let matched = match_frees(parsed);
+            (back.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), matched)
+        })
+    } else {
+        (state_before(parsed, finals, &pools, dev, strict), match_frees(parsed))
+    };
+    let before = before?;
     let seeded = !before.segs.is_empty() || !before.live.is_empty() || !before.mapped.is_empty();
-    let mut id_at = emit_seeds(&before, parsed, dev, &mut pools, out, next_id, chunks);
-    let unsure = emit_history(p, parsed, dev, &mut pools, &mut id_at, out, frames, next_id);
+    let mut seed_ids = emit_seeds(&before, parsed, dev, &mut pools, out, next_id, chunks);
+    let unsure = emit_history(p, parsed, &matched, dev, &mut pools, &mut seed_ids, out, frames, next_id);
     Ok((seeded, unsure))
+}
+
+/// [`match_frees`] of a free whose allocation the history does not hold: a seed's, if one is
+/// live at its address (or none).
+const FROM_SEEDS: u32 = u32::MAX;
+
+/// For each free (requested or completed) in `parsed`, the rank among the history's allocs
+/// of the alloc it frees: the last one at its address not yet freed; [`FROM_SEEDS`] if none
+/// is (other entries: 0). The id map of upstream's trace, without the seeds, known only once
+/// the walk back is done: a history alloc replaces the seed at its address, and
+/// `emit_history` removes that seed too. Ranks fit: every entry is a container of the pickle,
+/// whose indexes are `u32`s.
+fn match_frees(parsed: &[Entry]) -> Vec<u32> {
+    let mut rank_at: FxHashMap<u64, u32> = FxHashMap::default();
+    // The live allocations only (thousands), as `emit_seeds`' map.
+    rank_at.reserve(seeds_hint(parsed.len()));
+    let mut allocs = 0u32;
+    parsed
+        .iter()
+        .map(|e| match e.action {
+            Action::Alloc => {
+                rank_at.insert(e.addr, allocs);
+                allocs += 1;
+                0
+            }
+            Action::FreeRequested => rank_at.get(&e.addr).copied().unwrap_or(FROM_SEEDS),
+            Action::FreeCompleted => rank_at.remove(&e.addr).unwrap_or(FROM_SEEDS),
+            _ => 0,
+        })
+        .collect()
 }
 
 /// One device's state before its first recorded entry.
@@ -960,19 +1001,41 @@ fn emit_seeds(
     id_at
 }
 
+/// The `alloc_id` of history entry `e`, an alloc or a free ([`match_frees`]' `matched`): as
+/// one map from address to id would give it, the seeds' ids in it first (`seed_ids`, from
+/// which a history alloc removes the seed it replaces), each alloc the next id.
+#[inline]
+fn history_alloc_id(e: &Entry, matched: u32, first_id: u64, next_id: &mut u64, seed_ids: &mut FxHashMap<u64, u64>) -> Option<u64> {
+    match (e.action, matched) {
+        (Action::Alloc, _) => {
+            if !seed_ids.is_empty() {
+                seed_ids.remove(&e.addr);
+            }
+            *next_id += 1;
+            Some(*next_id - 1)
+        }
+        (Action::FreeRequested, FROM_SEEDS) => seed_ids.get(&e.addr).copied(),
+        (Action::FreeCompleted, FROM_SEEDS) => seed_ids.remove(&e.addr),
+        (_, rank) => Some(first_id + u64::from(rank)),
+    }
+}
+
 /// The recorded history, with an `empty_cache` event before each run of segment releases
 /// that was the program's ([`release_at`]). Returns the runs it could not attribute.
 fn emit_history(
     p: &Pickle,
     parsed: &[Entry],
+    matched: &[u32],
     dev: i32,
     pools: &mut DevicePools,
-    id_at: &mut FxHashMap<u64, u64>,
+    seed_ids: &mut FxHashMap<u64, u64>,
     out: &mut TraceBuilder,
     frames: &mut Stacks,
     next_id: &mut u64,
 ) -> usize {
     let mut unsure = 0;
+    // The id of the history's first alloc: `match_frees`' ranks count from it.
+    let first_id = *next_id;
     for (k, e) in parsed.iter().enumerate() {
         let release = release_at(parsed, k, pools);
         unsure += usize::from(release == Some(Release::Unsure));
@@ -1000,19 +1063,8 @@ fn emit_history(
             }
             Action::SegmentAlloc | Action::SegmentFree => {}
             Action::SegmentMap | Action::SegmentUnmap => r.pool = pools.of(e.addr),
-            Action::Alloc => {
-                let id = *next_id;
-                *next_id += 1;
-                id_at.insert(e.addr, id);
-                r.alloc_id = Some(id);
-                r.pool = pools.of(e.addr);
-            }
-            Action::FreeRequested => {
-                r.alloc_id = id_at.get(&e.addr).copied();
-                r.pool = pools.of(e.addr);
-            }
-            Action::FreeCompleted => {
-                r.alloc_id = id_at.remove(&e.addr);
+            Action::Alloc | Action::FreeRequested | Action::FreeCompleted => {
+                r.alloc_id = history_alloc_id(e, matched[k], first_id, next_id, seed_ids);
                 r.pool = pools.of(e.addr);
             }
             Action::Oom => {
@@ -1340,5 +1392,36 @@ mod tests {
         let f = fit(serde_json::json!({"roundup_power2_divisions": {"1": 0, "2": 4}}));
         assert!(!served(f, 20 * MIB, 10 * MIB, 0));
         assert!(served(fit(serde_json::Value::Null), 20 * MIB, 10 * MIB, 0));
+    }
+
+    proptest::proptest! {
+        /// The ids `match_frees` and `history_alloc_id` give are those of one map from address
+        /// to id holding the seeds first (upstream's trace as `emit_history` read it before):
+        /// over a few addresses, so allocs replace live seeds, frees of freed or never-allocated
+        /// addresses occur, and requests come before frees or without them.
+        #[test]
+        fn frees_get_the_ids_one_map_would_give(ops in proptest::collection::vec((0u8..3, 0u64..6), 0..60), seeded in proptest::collection::vec(0u64..6, 0..4)) {
+            let actions = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted];
+            let parsed: Vec<Entry> = ops.iter().map(|&(a, addr)| Entry { addr, ..e(actions[a as usize], 512, 0) }).collect();
+            let seeds: FxHashMap<u64, u64> = seeded.iter().enumerate().map(|(i, &a)| (a, i as u64)).collect();
+            let first_id = seeds.len() as u64;
+            // One map, as before.
+            let (mut id_at, mut next, mut want) = (seeds.clone(), first_id, Vec::new());
+            for x in &parsed {
+                want.push(match x.action {
+                    Action::Alloc => {
+                        id_at.insert(x.addr, next);
+                        next += 1;
+                        Some(next - 1)
+                    }
+                    Action::FreeRequested => id_at.get(&x.addr).copied(),
+                    _ => id_at.remove(&x.addr),
+                });
+            }
+            let matched = match_frees(&parsed);
+            let (mut seed_ids, mut next_id) = (seeds, first_id);
+            let got: Vec<Option<u64>> = parsed.iter().zip(&matched).map(|(x, &m)| history_alloc_id(x, m, first_id, &mut next_id, &mut seed_ids)).collect();
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 }
