@@ -29,7 +29,7 @@ SRC = ROOT / "rust" / "allocreplay-core" / "src"
 # Bottom first. A module may use modules of lower layers only (docs/architecture.md says why).
 LAYERS: list[list[str]] = [
     ["error", "test_rng"],
-    ["units", "huge_pages", "prefault", "magic", "cancel", "max_tree"],
+    ["units", "huge_pages", "prefault", "magic", "cancel", "max_tree", "cores"],
     ["trace"],
     ["device", "import"],
     ["offline"],

@@ -6,6 +6,7 @@
 
 pub mod analysis;
 pub mod cancel;
+mod cores;
 pub mod device;
 pub mod engine;
 pub mod error;

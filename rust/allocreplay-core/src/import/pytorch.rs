@@ -543,13 +543,12 @@ fn parse_entries(
     if let Some(pf) = prefault {
         pf.ahead(ENTRIES_SLOT, &out, usize::MAX);
     }
-    let threads = entry_threads(entries.len());
+    let threads = crate::cores::threads_for(entries.len());
+    let slots = &mut out.spare_capacity_mut()[..entries.len()];
     if threads < 2 {
-        let slots = &mut out.spare_capacity_mut()[..entries.len()];
         decode_entries(p, entries, 0, slots, dev, path, classes, clamped_ooms)?;
     } else {
         let chunk = entries.len().div_ceil(threads);
-        let slots = &mut out.spare_capacity_mut()[..entries.len()];
         let done: Vec<Result<Vec<serde_json::Value>>> = std::thread::scope(|s| {
             let workers: Vec<_> = entries
                 .chunks(chunk)
@@ -574,14 +573,6 @@ fn parse_entries(
     // owns nothing).
     unsafe { out.set_len(entries.len()) };
     Ok(out)
-}
-
-/// Threads for the decoding of `n` entries: the cores, at most 8, for large histories.
-fn entry_threads(n: usize) -> usize {
-    if n < 1 << 18 {
-        return 1;
-    }
-    std::thread::available_parallelism().map_or(1, |p| p.get()).min(8)
 }
 
 /// Decodes `entries` (from `first`, the index of `entries[0]` in the device's history) into
@@ -739,7 +730,7 @@ fn import_device(
     pools.fit = fit;
     // The walk back to the state before the history and the walk forward matching frees to
     // allocations are independent: on two cores for a long history.
-    let (before, matched) = if parsed.len() >= 1 << 18 && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+    let (before, matched) = if crate::cores::threads_for(parsed.len()) > 1 {
         std::thread::scope(|s| {
             let back = s.spawn(|| state_before(parsed, finals, &pools, dev, strict));
             let matched = match_frees(parsed);

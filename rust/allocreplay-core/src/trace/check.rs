@@ -40,7 +40,7 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
     let mut skipped = 0usize;
     // A strict load of a trace that passes (every real one) is decided on spare cores; any
     // doubt, and the pass below finds the first violation and names it.
-    if !lenient && passes_on_threads(&trace, check_threads(n)) {
+    if !lenient && passes_on_threads(&trace, crate::cores::threads_for(n)) {
         return Ok(trace);
     }
     {
@@ -73,18 +73,6 @@ pub fn check_trace(trace: Trace, path: &Path, lenient: bool) -> Result<Trace> {
     let extra: Vec<arrow_schema::Field> = batch.schema().fields().iter().skip(10).map(|f| f.as_ref().clone()).collect();
     let columns: Vec<Arc<dyn Array>> = batch.columns().to_vec();
     Trace::from_parts(metadata, trace.frames.clone(), &extra, columns)
-}
-
-/// Traces of fewer events are checked on one thread: starting threads would cost more.
-const PARALLEL_FROM: usize = 1 << 18;
-
-/// Threads for the check of `n` events: the cores, at most 8; 1 (no parallel pass) for small
-/// traces or one core.
-fn check_threads(n: usize) -> usize {
-    if n < PARALLEL_FROM {
-        return 1;
-    }
-    std::thread::available_parallelism().map_or(1, |p| p.get()).min(8)
 }
 
 /// Whether every event of `trace` passes [`EventChecker::check`] (no violation, nothing
