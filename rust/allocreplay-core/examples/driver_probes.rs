@@ -3,15 +3,21 @@
 //! `cudaFree` made in a fresh process on the H200): how many allocations land at the recorded
 //! address relative to the sequence's first one.
 //!
-//!     cargo run --release -p allocreplay-core --example driver_probes
+//!     cargo run --release -p allocreplay-core --example driver_probes [-- LOG [--list]]
+//!
+//! LOG: another probe log of the same form (`### raw__NAME` sections); `--list`: each
+//! allocation's relative address, the driver's and the model's.
 
 use std::collections::HashMap;
 
 use allocreplay_core::device::memory::AddressSpace;
 
 fn main() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/va-h200-580.159.txt");
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let list = args.iter().any(|a| a == "--list");
+    let default = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/va-h200-580.159.txt").to_string();
+    let path = args.iter().find(|a| !a.starts_with("--")).cloned().unwrap_or(default);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let (mut total, mut same) = (0, 0);
     for section in text.split("### ").skip(1) {
         let name = section.lines().next().unwrap_or_default();
@@ -32,9 +38,21 @@ fn main() {
                     let (r0, m0) = *first.get_or_insert((real, i128::from(model)));
                     n += 1;
                     good += usize::from(real - r0 == i128::from(model) - m0);
+                    if list {
+                        let mib = |x: i128| x as f64 / f64::from(1u32 << 20);
+                        let (r, m) = (mib(real - r0), mib(i128::from(model) - m0));
+                        println!(
+                            "  a {id:>4} {:>8.0} MiB  driver {r:>10.0}  model {m:>10.0}{}",
+                            size as f64 / f64::from(1u32 << 20),
+                            if r == m { "" } else { "  <<<" }
+                        );
+                    }
                 }
                 ["f", id, ..] => {
                     if let Some(a) = ids.remove(*id) {
+                        if list {
+                            println!("  f {id:>4}");
+                        }
                         va.free(a);
                     }
                 }

@@ -837,8 +837,10 @@ mod tests {
         let p = placements_batch(&runs);
         assert_eq!(p.num_rows(), 4);
         let seg = segments_batch(&runs);
-        // Live at the end: b and c on device 0, the 2 KiB one on device 1.
-        assert_eq!(col_u64(&seg, "size"), vec![Some(3072), Some(5120), Some(2048)]);
+        // Live at the end, by address: c and b on device 0, the 2 KiB one on device 1 (a takes
+        // the context's 2 MiB hole, b the 24 MiB one above it; c reuses a's freed range, the
+        // smallest hole: docs/driver-address-space.md, rules 3 and 4).
+        assert_eq!(col_u64(&seg, "size"), vec![Some(5120), Some(3072), Some(2048)]);
         let tl = timeline_batch(&runs);
         assert_eq!(tl.num_rows(), 6);
         assert_eq!(col_u64(&tl, "reserved_bytes")[..5], [Some(1024), Some(4096), Some(4096), Some(3072), Some(8192)]);

@@ -57,16 +57,21 @@ impl Region {
 /// space (driver 580.159, H200; docs/driver-address-space.md has the probes):
 ///
 /// 1. A request takes its size rounded up to 2 MiB.
-/// 2. It goes to a hole (unused tail of a live region) that fits, at the hole's base: in the
-///    newest region that has one (the lowest of that region's holes that fit).
+/// 2. It goes to a hole (an unused tail, or a freed range, of a live region) that fits, at the
+///    hole's base: in the newest region that has one, the smallest of that region's holes that
+///    fit (the lowest of equal ones).
 /// 3. Otherwise a new region is carved from the free address space, top-down: from the highest
 ///    free range at least `R + 32 MiB` long (`R`: the size rounded up to 32 MiB), at
 ///    `align_down(range end - R, 32 MiB)`; the region is those `R` bytes, so what is above
 ///    the allocation becomes its hole (20 MiB allocations land 32 MiB apart, 2 MiB ones fill
 ///    the 12 MiB tails).
-/// 4. A freed allocation's range stays with its region until the region's last allocation is
-///    freed; then the whole region returns to the free address space, merged with its
-///    neighbours.
+/// 4. A freed allocation's range becomes a hole of its region, merged with the holes beside
+///    it, while anything else lives there; when the region's last allocation is freed, the
+///    whole region returns to the free address space, merged with its neighbours. (Until
+///    session 20 a freed range waited for its whole region: the H100 probe of `emptycache_lm`'s
+///    sequence showed the driver refilling it at once, smallest hole first, and the change
+///    also placed the 19 addresses of `gpt2_train__gc06_capped`'s H200 sequence the old rule
+///    missed: tests/data/va-h100-580.159.txt, va-h200-580.159.txt.)
 ///
 /// The context's own allocations leave two holes above the first region (2 MiB at +414 MiB and
 /// 24 MiB at +488 MiB, in a fresh process); they are modelled too.
@@ -92,8 +97,8 @@ pub struct AddressSpace {
     /// region since: [`Region::seq`] tells).
     by_seq: Vec<u64>,
     regions: FxHashMap<u64, Region>,
-    /// Allocation address -> the base of its region.
-    owner: FxHashMap<u64, u64>,
+    /// Allocation address -> the base of its region and its length (2 MiB pages).
+    owner: FxHashMap<u64, (u64, u64)>,
     /// Next `cuMemAddressReserve` address.
     reserve_next: u64,
 }
@@ -165,7 +170,11 @@ impl AddressSpace {
         if let Some(seq) = self.by_seq.len().checked_sub(1).and_then(|last| self.newest_holes.rightmost_at_least(need, last)) {
             let base = self.by_seq[seq];
             let r = self.regions.get_mut(&base).expect("region");
-            let slot = r.holes.iter().position(|&(s, e)| e - s >= need).expect("a hole that fits");
+            // The smallest of the region's holes that fits (the lowest of equal ones).
+            let slot = (0..r.holes.len())
+                .filter(|&k| r.holes[k].1 - r.holes[k].0 >= need)
+                .min_by_key(|&k| r.holes[k].1 - r.holes[k].0)
+                .expect("a hole that fits");
             let (s, e) = r.holes[slot];
             if s + need < e {
                 r.holes[slot].0 = s + need;
@@ -175,7 +184,7 @@ impl AddressSpace {
             r.live += 1;
             let largest = r.largest_hole();
             self.newest_holes.set(seq, largest);
-            self.owner.insert(s, base);
+            self.owner.insert(s, (base, need));
             return Some(s);
         }
         // 3. A new region, top-down: the highest free range at least `need + 32 MiB` long.
@@ -194,7 +203,7 @@ impl AddressSpace {
         }
         let holes = if addr + need < end { vec![(addr + need, end)] } else { Vec::new() };
         self.add_region(addr, end, 1, holes);
-        self.owner.insert(addr, addr);
+        self.owner.insert(addr, (addr, need));
         Some(addr)
     }
 
@@ -294,10 +303,26 @@ impl AddressSpace {
 
     /// `cudaFree(addr)`. Addresses the model did not hand out (recorded ones) are ignored.
     pub fn free(&mut self, addr: u64) {
-        let Some(base) = self.owner.remove(&addr) else { return };
+        let Some((base, need)) = self.owner.remove(&addr) else { return };
         let r = self.regions.get_mut(&base).expect("region");
         r.live -= 1;
         if r.live > 0 {
+            // The range becomes a hole of its region, merged with the holes beside it.
+            let (mut s, mut e) = (addr, addr + need);
+            let at = r.holes.partition_point(|&(hs, _)| hs < s);
+            let mut from = at;
+            if at > 0 && r.holes[at - 1].1 == s {
+                from = at - 1;
+                s = r.holes[at - 1].0;
+            }
+            let mut to = at;
+            if to < r.holes.len() && r.holes[to].0 == e {
+                e = r.holes[to].1;
+                to += 1;
+            }
+            r.holes.splice(from..to, std::iter::once((s, e)));
+            let (seq, largest) = (r.seq as usize, r.largest_hole());
+            self.newest_holes.set(seq, largest);
             return;
         }
         let r = self.regions.remove(&base).expect("region");
@@ -645,6 +670,69 @@ mod tests {
         let got = run(&ops);
         assert_eq!(&got[..6], &[-96, -192, -288, -384, -480, -576]);
         assert_eq!(&got[6..], &[488, -128, -160, -320]);
+    }
+
+    #[test]
+    fn a_range_freed_inside_a_live_region_is_reused_smallest_hole_first() {
+        // emptycache_lm's pattern (tests/data/va-h100-580.159.txt): a 144 MiB region whose
+        // 16 MiB tail holds seven 2 MiB allocations; the 144 MiB one, the first 2 MiB and the
+        // last two are freed, four 2 MiB stay. The freed ranges are holes of the region: its
+        // newest 2 MiB go to the smaller one (the last two slots and the unused 2 MiB above
+        // them: 6 MiB) from its base, then to the 146 MiB one from its base.
+        let mut ops = vec![144, 2, 2, 2, 2, 2, 2, 2];
+        ops.extend([-1, -2, -7, -8]);
+        ops.extend([2, 2, 2, 2, 32]);
+        let got = run(&ops);
+        let (base, tail) = (got[0], got[0] + 144);
+        assert_eq!(&got[1..8], &[tail, tail + 2, tail + 4, tail + 6, tail + 8, tail + 10, tail + 12]);
+        assert_eq!(&got[8..], &[tail + 10, tail + 12, tail + 14, base, base + 2]);
+    }
+
+    /// Replays every `### raw__*` sequence of a probe log (`a ID SIZE ADDRESS ...`, `f ID ...`:
+    /// `cudaMalloc`s and `cudaFree`s made in a fresh process on the GPU) in the model: the
+    /// sequences whose addresses relative to the first differ, with how many of their
+    /// allocations do.
+    fn probe_misses(log: &str) -> Vec<(String, usize, usize)> {
+        let path = format!("{}/../../tests/data/{log}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut misses = Vec::new();
+        for section in text.split("### ").skip(1).filter(|s| s.starts_with("raw__")) {
+            let mut va = AddressSpace::new();
+            let (mut ids, mut first, mut n, mut wrong) = (FxHashMap::default(), None, 0, 0);
+            for line in section.lines().skip(1) {
+                match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+                    ["a", id, size, addr, ..] => {
+                        let (Ok(size), Ok(real)) = (size.parse::<u64>(), addr.parse::<i128>()) else { continue };
+                        let model = i128::from(va.malloc(size).expect("room"));
+                        ids.insert(id.to_string(), model as u64);
+                        let (r0, m0) = *first.get_or_insert((real, model));
+                        n += 1;
+                        wrong += usize::from(real - r0 != model - m0);
+                    }
+                    ["f", id, ..] => {
+                        if let Some(a) = ids.remove(*id) {
+                            va.free(a);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            assert!(n > 0, "{log}: a sequence without allocations");
+            if wrong > 0 {
+                misses.push((section.lines().next().unwrap_or_default().to_string(), wrong, n));
+            }
+        }
+        assert!(!misses.is_empty() || text.contains("### raw__"), "{log}: no sequence");
+        misses
+    }
+
+    #[test]
+    fn every_address_the_driver_gave_in_the_probes_is_placed_alike() {
+        // The H200's probes (2026-12-01: fifteen synthetic patterns and sixteen captures'
+        // sequences, 2,454 allocations) and the H100's (2026-12-06: six captures' sequences,
+        // 600), both driver 580.159.04.
+        assert_eq!(probe_misses("va-h200-580.159.txt"), vec![]);
+        assert_eq!(probe_misses("va-h100-580.159.txt"), vec![]);
     }
 
     #[test]
