@@ -1024,6 +1024,10 @@ fn emit_history(
     frames: &mut Stacks,
     next_id: &mut u64,
 ) -> usize {
+    let threads = crate::cores::threads_for(parsed.len());
+    if pools.single_pool && threads > 1 {
+        return emit_history_parallel(p, parsed, matched, dev, pools, seed_ids, out, frames, next_id, threads);
+    }
     let mut unsure = 0;
     // The id of the history's first alloc: `match_frees`' ranks count from it.
     let first_id = *next_id;
@@ -1066,6 +1070,141 @@ fn emit_history(
         out.push(&r);
     }
     unsure
+}
+
+/// [`emit_history`] in `parts` parts on as many threads, for a history whose segments are
+/// all in the default pool (every row's pool is 0): the same rows. What carries over from
+/// entry to entry is found first: each part's allocs and runs of releases (on the threads),
+/// the stack ids (interned in order, on a thread of its own) and the ids of the frees of
+/// seeds (in order, while a seed is left); then each part writes its rows into the columns
+/// (`TraceBuilder::push_parallel`).
+#[allow(clippy::too_many_arguments)]
+fn emit_history_parallel(
+    p: &Pickle,
+    parsed: &[Entry],
+    matched: &[u32],
+    dev: i32,
+    pools: &DevicePools,
+    seed_ids: &mut FxHashMap<u64, u64>,
+    out: &mut TraceBuilder,
+    frames: &mut Stacks,
+    next_id: &mut u64,
+    parts: usize,
+) -> usize {
+    debug_assert!(pools.single_pool);
+    let chunk = parsed.len().div_ceil(parts.max(1)).max(1);
+    let ranges: Vec<(usize, usize)> = (0..parsed.len()).step_by(chunk).map(|a| (a, (a + chunk).min(parsed.len()))).collect();
+    let (scans, stacks, seed_frees) = std::thread::scope(|s| {
+        let stacks = s.spawn(|| stack_ids(p, parsed, frames));
+        let scans: Vec<_> = ranges.iter().map(|&(a, b)| s.spawn(move || scan_part(parsed, a..b, pools))).collect();
+        let seed_frees = seed_frees(parsed, matched, seed_ids);
+        fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+            h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+        }
+        let scans: Vec<PartScan> = scans.into_iter().map(join).collect();
+        (scans, join(stacks), seed_frees)
+    });
+    // The id of the history's first alloc: `match_frees`' ranks count from it; each part's
+    // first alloc id follows the allocs of the parts before it.
+    let first_id = *next_id;
+    let first_ids: Vec<u64> = scans.iter().scan(first_id, |id, sc| Some(std::mem::replace(id, *id + sc.allocs))).collect();
+    let counts: Vec<usize> = ranges.iter().zip(&scans).map(|(&(a, b), sc)| b - a + sc.programs.len()).collect();
+    let of_seed = |k: usize| seed_frees.binary_search_by_key(&(k as u32), |&(j, _)| j).ok().and_then(|i| seed_frees[i].1);
+    out.push_parallel(&counts, |t, w| {
+        let (mut id, mut programs) = (first_ids[t], scans[t].programs.iter().peekable());
+        for k in ranges[t].0..ranges[t].1 {
+            let e = &parsed[k];
+            if programs.next_if_eq(&&(k as u32)).is_some() {
+                let mut ec = EventRow::new(Action::EmptyCache, 0);
+                ec.device = dev;
+                ec.time_ns = e.time_ns();
+                w.push(&ec);
+            }
+            let mut r = EventRow::new(e.action, e.size);
+            r.addr = Some(e.addr);
+            r.stream = e.stream;
+            r.device = dev;
+            r.time_ns = e.time_ns();
+            r.stack_id = stacks.as_ref().and_then(|s| s[k]);
+            r.alloc_id = match (e.action, matched[k]) {
+                (Action::Alloc, _) => {
+                    id += 1;
+                    Some(id - 1)
+                }
+                (Action::FreeRequested | Action::FreeCompleted, FROM_SEEDS) => of_seed(k),
+                (Action::FreeRequested | Action::FreeCompleted, rank) => Some(first_id + u64::from(rank)),
+                _ => None,
+            };
+            w.push(&r);
+        }
+    });
+    *next_id = first_id + scans.iter().map(|sc| sc.allocs).sum::<u64>();
+    scans.iter().map(|sc| sc.unsure).sum()
+}
+
+/// What a part of the history carries over to the rows after it ([`emit_history_parallel`]).
+struct PartScan {
+    allocs: u64,
+    /// The entries before which an `empty_cache` row goes (runs of releases that were the
+    /// program's), in order.
+    programs: Vec<u32>,
+    /// Runs of releases [`release_at`] could not attribute.
+    unsure: usize,
+}
+
+fn scan_part(parsed: &[Entry], part: std::ops::Range<usize>, pools: &DevicePools) -> PartScan {
+    let mut scan = PartScan { allocs: 0, programs: Vec::new(), unsure: 0 };
+    for k in part {
+        match parsed[k].action {
+            Action::Alloc => scan.allocs += 1,
+            Action::SegmentFree | Action::SegmentUnmap => match release_at(parsed, k, pools) {
+                Some(Release::Program) => scan.programs.push(k as u32),
+                Some(Release::Unsure) => scan.unsure += 1,
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    scan
+}
+
+/// Each entry's stack id, interned in the entries' order (`None`: no entry has a stack).
+fn stack_ids(p: &Pickle, parsed: &[Entry], frames: &mut Stacks) -> Option<Vec<Option<u32>>> {
+    let mut ids: Option<Vec<Option<u32>>> = None;
+    for (k, e) in parsed.iter().enumerate() {
+        let id = frames.stack(p, e.frames());
+        match &mut ids {
+            Some(ids) => ids.push(id),
+            None if id.is_some() => {
+                let mut v = Vec::with_capacity(parsed.len());
+                v.resize(k, None);
+                v.push(id);
+                ids = Some(v);
+            }
+            None => {}
+        }
+    }
+    ids
+}
+
+/// The ids [`history_alloc_id`] gives the frees of seeds (`matched` [`FROM_SEEDS`]), by entry
+/// index: a history alloc replaces the seed at its address. Frees not listed get none.
+fn seed_frees(parsed: &[Entry], matched: &[u32], seed_ids: &mut FxHashMap<u64, u64>) -> Vec<(u32, Option<u64>)> {
+    let mut out = Vec::new();
+    for (k, e) in parsed.iter().enumerate() {
+        if seed_ids.is_empty() {
+            break;
+        }
+        match (e.action, matched[k]) {
+            (Action::Alloc, _) => {
+                seed_ids.remove(&e.addr);
+            }
+            (Action::FreeRequested, FROM_SEEDS) => out.push((k as u32, seed_ids.get(&e.addr).copied())),
+            (Action::FreeCompleted, FROM_SEEDS) => out.push((k as u32, seed_ids.remove(&e.addr))),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Who made a run of segment releases ([`release_at`]).
@@ -1413,6 +1552,51 @@ mod tests {
             let (mut seed_ids, mut next_id) = (seeds, first_id);
             let got: Vec<Option<u64>> = parsed.iter().zip(&matched).map(|(x, &m)| history_alloc_id(x, m, first_id, &mut next_id, &mut seed_ids)).collect();
             proptest::prop_assert_eq!(got, want);
+        }
+
+        /// A long history's rows written in parts on threads are the rows written one by one:
+        /// alloc ids across the parts' seams, frees of seeds, `empty_cache` rows before runs
+        /// of releases, stack ids interned in order, the next id and the unsure runs.
+        #[test]
+        fn a_history_emitted_in_parts_is_the_history_emitted_in_order(
+            ops in proptest::collection::vec((0u8..6, 0u64..6, 0u8..4, proptest::bool::ANY), 0..80),
+            seeded in proptest::collection::vec(0u64..6, 0..4),
+            parts in 1usize..6,
+        ) {
+            // [[f@a.py:1], [g@b.py:2, f@a.py:1], []], pickled by Python (protocol 4).
+            const STACKS: &[u8] = b"\x80\x04\x95_\x00\x00\x00\x00\x00\x00\x00]\x94(]\x94}\x94(\x8c\x08filename\x94\x8c\x04a.py\x94\x8c\x04line\x94K\x01\x8c\x04name\x94\x8c\x01f\x94ua]\x94(}\x94(h\x03\x8c\x04b.py\x94h\x05K\x02h\x06\x8c\x01g\x94u}\x94(h\x03h\x04h\x05K\x01h\x06h\x07ue]\x94e.";
+            let p = pickle::parse(STACKS).expect("pickle");
+            let lists: Vec<u32> = p.list(p.root).expect("list").iter().map(|v| match v { Value::List(l) => *l, _ => NO_FRAMES }).collect();
+            let actions = [Action::Alloc, Action::FreeRequested, Action::FreeCompleted, Action::SegmentAlloc, Action::SegmentFree, Action::Oom];
+            let parsed: Vec<Entry> = ops
+                .iter()
+                .enumerate()
+                .map(|(k, &(a, addr, f, timed))| Entry {
+                    addr,
+                    frames: lists.get(f as usize).copied().unwrap_or(NO_FRAMES),
+                    time: k as i64 * 1000,
+                    has_time: timed,
+                    ..e(actions[a as usize], (addr + 1) * MIB, 0)
+                })
+                .collect();
+            let matched = match_frees(&parsed);
+            let seeds: FxHashMap<u64, u64> = seeded.iter().enumerate().map(|(i, &a)| (a, i as u64)).collect();
+            let run = |parallel: bool| {
+                let mut pools = DevicePools::new(&[]);
+                pools.fit = fit(serde_json::Value::Null);
+                let (mut seed_ids, mut next_id) = (seeds.clone(), seeds.len() as u64);
+                let (mut out, mut frames) = (TraceBuilder::with_capacity(4), Stacks::new(&p));
+                out.push(&EventRow::new(Action::SegmentAlloc, 2 * MIB));
+                let unsure = if parallel {
+                    emit_history_parallel(&p, &parsed, &matched, 3, &pools, &mut seed_ids, &mut out, &mut frames, &mut next_id, parts)
+                } else {
+                    emit_history(&p, &parsed, &matched, 3, &mut pools, &mut seed_ids, &mut out, &mut frames, &mut next_id)
+                };
+                let trace = out.finish(TraceMetadata::new("pytorch"), frames.interner.finish()).expect("trace");
+                let nulls: Vec<_> = trace.batch().columns().iter().map(|c| c.nulls().cloned()).collect();
+                (trace.batch().clone(), nulls, trace.frames.clone(), next_id, unsure)
+            };
+            proptest::prop_assert_eq!(run(true), run(false));
         }
     }
 }
