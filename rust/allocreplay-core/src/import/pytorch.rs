@@ -1094,16 +1094,24 @@ fn emit_history_parallel(
     debug_assert!(pools.single_pool);
     let chunk = parsed.len().div_ceil(parts.max(1)).max(1);
     let ranges: Vec<(usize, usize)> = (0..parsed.len()).step_by(chunk).map(|a| (a, (a + chunk).min(parsed.len()))).collect();
+    // A capture records stacks for all its entries or for none: looked for at both ends, the
+    // stacks are interned while the parts are scanned (else only if a part finds one).
+    let stacked = parsed.iter().take(1024).chain(parsed.iter().rev().take(1024)).any(|e| e.frames != NO_FRAMES);
     let (scans, stacks, seed_frees) = std::thread::scope(|s| {
-        let stacks = s.spawn(|| stack_ids(p, parsed, frames));
+        let stacks = stacked.then(|| s.spawn(|| stack_ids(p, parsed, frames)));
         let scans: Vec<_> = ranges.iter().map(|&(a, b)| s.spawn(move || scan_part(parsed, a..b, pools))).collect();
         let seed_frees = seed_frees(parsed, matched, seed_ids);
         fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
             h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
         }
         let scans: Vec<PartScan> = scans.into_iter().map(join).collect();
-        (scans, join(stacks), seed_frees)
+        (scans, stacks.map(join), seed_frees)
     });
+    let stacks = match stacks {
+        Some(stacks) => stacks,
+        None if scans.iter().any(|sc| sc.stacked) => stack_ids(p, parsed, frames),
+        None => None,
+    };
     // The id of the history's first alloc: `match_frees`' ranks count from it; each part's
     // first alloc id follows the allocs of the parts before it.
     let first_id = *next_id;
@@ -1150,11 +1158,14 @@ struct PartScan {
     programs: Vec<u32>,
     /// Runs of releases [`release_at`] could not attribute.
     unsure: usize,
+    /// Whether an entry of the part has a frames list.
+    stacked: bool,
 }
 
 fn scan_part(parsed: &[Entry], part: std::ops::Range<usize>, pools: &DevicePools) -> PartScan {
-    let mut scan = PartScan { allocs: 0, programs: Vec::new(), unsure: 0 };
+    let mut scan = PartScan { allocs: 0, programs: Vec::new(), unsure: 0, stacked: false };
     for k in part {
+        scan.stacked |= parsed[k].frames != NO_FRAMES;
         match parsed[k].action {
             Action::Alloc => scan.allocs += 1,
             Action::SegmentFree | Action::SegmentUnmap => match release_at(parsed, k, pools) {
