@@ -539,7 +539,7 @@ fn parse_entries(
     prefault: Option<&Prefaulter>,
     clamped_ooms: &mut Vec<serde_json::Value>,
 ) -> Result<Vec<Entry>> {
-    let mut out: Vec<Entry> = Vec::with_capacity(entries.len());
+    let mut out: Vec<Entry> = crate::huge_pages::with_capacity(entries.len());
     if let Some(pf) = prefault {
         pf.ahead(ENTRIES_SLOT, &out, usize::MAX);
     }
