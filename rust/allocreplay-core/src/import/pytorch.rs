@@ -472,6 +472,27 @@ impl Entry {
         self.has_time.then_some(self.time)
     }
 
+    /// The entry's row on device `dev` (its pool and alloc id left to the caller).
+    #[inline]
+    fn row(&self, dev: i32, stack_id: Option<u32>) -> EventRow {
+        let mut r = EventRow::new(self.action, self.size);
+        r.addr = Some(self.addr);
+        r.stream = self.stream;
+        r.device = dev;
+        r.time_ns = self.time_ns();
+        r.stack_id = stack_id;
+        r
+    }
+
+    /// The `empty_cache` row that goes before the entry when it starts a run of releases that
+    /// was the program's ([`release_at`]).
+    fn empty_cache_row(&self, dev: i32) -> EventRow {
+        let mut ec = EventRow::new(Action::EmptyCache, 0);
+        ec.device = dev;
+        ec.time_ns = self.time_ns();
+        ec
+    }
+
     /// The frames as the value they were in the pickle (`None`: no list).
     #[inline]
     fn frames(&self) -> Value {
@@ -1035,17 +1056,9 @@ fn emit_history(
         let release = release_at(parsed, k, pools);
         unsure += usize::from(release == Some(Release::Unsure));
         if release == Some(Release::Program) {
-            let mut ec = EventRow::new(Action::EmptyCache, 0);
-            ec.device = dev;
-            ec.time_ns = e.time_ns();
-            out.push(&ec);
+            out.push(&e.empty_cache_row(dev));
         }
-        let mut r = EventRow::new(e.action, e.size);
-        r.addr = Some(e.addr);
-        r.stream = e.stream;
-        r.device = dev;
-        r.time_ns = e.time_ns();
-        r.stack_id = frames.stack(p, e.frames());
+        let mut r = e.row(dev, frames.stack(p, e.frames()));
         match e.action {
             Action::SegmentAlloc if !pools.single_pool => {
                 let pool = seg_pool_for(&pools.final_pool, e.addr);
@@ -1123,17 +1136,9 @@ fn emit_history_parallel(
         for k in ranges[t].0..ranges[t].1 {
             let e = &parsed[k];
             if programs.next_if_eq(&&(k as u32)).is_some() {
-                let mut ec = EventRow::new(Action::EmptyCache, 0);
-                ec.device = dev;
-                ec.time_ns = e.time_ns();
-                w.push(&ec);
+                w.push(&e.empty_cache_row(dev));
             }
-            let mut r = EventRow::new(e.action, e.size);
-            r.addr = Some(e.addr);
-            r.stream = e.stream;
-            r.device = dev;
-            r.time_ns = e.time_ns();
-            r.stack_id = stacks.as_ref().and_then(|s| s[k]);
+            let mut r = e.row(dev, stacks.as_ref().and_then(|s| s[k]));
             r.alloc_id = match (e.action, matched[k]) {
                 (Action::Alloc, _) => {
                     id += 1;
