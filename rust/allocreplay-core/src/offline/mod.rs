@@ -112,26 +112,37 @@ fn lifetimes(trace: &Trace, device: i32, a: i64, by_handle: bool) -> Result<(hea
     // count: a vector), but be safe (any other id: a map).
     let mut dense: Vec<u32> = crate::huge_pages::filled(n, NO_HANDLE);
     let mut handle_of: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-    let allocs = c.count_actions(device, Action::Alloc as u8..=Action::Alloc as u8, 0..n);
-    if allocs >= u32::MAX as usize {
-        return Err(Error::InvalidArgument(format!("{allocs} allocations: too many to plan")));
+    // Room for an allocation per event (a bound: untouched capacity is never faulted in);
+    // counted first only where the count could reach the handles' limit.
+    if n >= u32::MAX as usize {
+        let allocs = c.count_actions(device, Action::Alloc as u8..=Action::Alloc as u8, 0..n);
+        if allocs >= u32::MAX as usize {
+            return Err(Error::InvalidArgument(format!("{allocs} allocations: too many to plan")));
+        }
     }
-    let mut b = heap::HeapBuilder::with_capacity(allocs);
-    let mut sizes: Vec<i64> = Vec::with_capacity(if by_handle { allocs } else { 0 });
-    let mut events: Vec<usize> = Vec::with_capacity(if by_handle { allocs } else { 0 });
+    let room = if by_handle { c.count_actions(device, Action::Alloc as u8..=Action::Alloc as u8, 0..n) } else { n };
+    let mut b = heap::HeapBuilder::with_capacity(room);
+    let mut sizes: Vec<i64> = Vec::with_capacity(if by_handle { room } else { 0 });
+    let mut events: Vec<usize> = Vec::with_capacity(if by_handle { room } else { 0 });
     let mut handles = 0u32;
-    for i in 0..n {
-        if i % PROGRESS_EVERY == 0 {
-            crate::cancel::check()?;
-        }
-        if c.device[i] != device || !c.alloc_id_valid(i) {
-            continue;
-        }
-        let id = c.alloc_id[i];
-        match Action::from_code(c.action[i]) {
-            Some(Action::Alloc) => {
+    let (devices, actions, ids, row_sizes) = (&c.device[..n], &c.action[..n], &c.alloc_id[..n], &c.size[..n]);
+    for from in (0..n).step_by(PROGRESS_EVERY) {
+        crate::cancel::check()?;
+        let to = (from + PROGRESS_EVERY).min(n);
+        // Most runs of rows have every alloc id: their validity bits are not read one by one.
+        let all_valid = c.alloc_ids_valid(from..to);
+        for i in from..to {
+            let action = actions[i];
+            if (action != Action::Alloc as u8 && action != Action::FreeCompleted as u8)
+                || devices[i] != device
+                || !(all_valid || c.alloc_id_valid(i))
+            {
+                continue;
+            }
+            let id = ids[i];
+            if action == Action::Alloc as u8 {
                 // Sizes are below 2^56 (trace::check); clamp anyway so the rounding can't wrap.
-                let size = i64::try_from(c.size[i]).unwrap_or(i64::MAX / 4).min(i64::MAX / 4);
+                let size = i64::try_from(row_sizes[i]).unwrap_or(i64::MAX / 4).min(i64::MAX / 4);
                 let size = (size + a - 1) / a * a;
                 let h = handles;
                 handles += 1;
@@ -150,8 +161,7 @@ fn lifetimes(trace: &Trace, device: i32, a: i64, by_handle: bool) -> Result<(hea
                     return Err(beyond_planned("the live bytes (aligned) reach", device, Some(i)));
                 }
                 b.alloc(h, id, size);
-            }
-            Some(Action::FreeCompleted) => {
+            } else {
                 let h = match dense.get_mut(id as usize) {
                     Some(slot) => Some(std::mem::replace(slot, NO_HANDLE)).filter(|&h| h != NO_HANDLE),
                     None => handle_of.remove(&id),
@@ -160,7 +170,6 @@ fn lifetimes(trace: &Trace, device: i32, a: i64, by_handle: bool) -> Result<(hea
                     b.free_allocated(h);
                 }
             }
-            _ => {}
         }
     }
     Ok((b, sizes, events))

@@ -106,7 +106,10 @@ impl HeapBuilder {
 
     fn slot(&mut self, buffer: u32) -> &mut u32 {
         let b = buffer as usize;
-        if b >= self.index_of.len() {
+        if b == self.index_of.len() {
+            // Handles come in order (a trace's do): one more slot.
+            self.index_of.push(NONE);
+        } else if b > self.index_of.len() {
             self.index_of.resize(b + 1, NONE);
         }
         &mut self.index_of[b]

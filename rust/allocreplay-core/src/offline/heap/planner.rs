@@ -8,6 +8,7 @@ use super::query::{prefetch, Scratch};
 use super::{BufferInterval, HeapPlan, Strategy, CANCEL_EVERY, MAX_HEAP};
 use crate::huge_pages;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{mpsc, OnceLock};
 
 /// `ChooseBestHeapAlgorithm` over kSpatial and kTemporal, as
 /// `BufferAssigner::AssignBuffersWithSequentialOrdering`'s `get_heap_algorithm` builds it:
@@ -38,31 +39,44 @@ pub fn plan_heap_size(intervals: &[BufferInterval], alignment: i64, max_live_byt
 fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_live_bytes: Option<i64>) -> HeapPlan {
     let parallel = intervals.len() >= PARALLEL_FROM && std::thread::available_parallelism().is_ok_and(|p| p.get() > 1);
     let (spatial, temporal) = if parallel {
-        // kSpatial takes longer: its keys are sorted on the second thread while this one lays
-        // out the overlap structure, and kTemporal then runs there.
-        // The second thread runs under the caller's cancellation token (`crate::cancel`).
+        // The second thread sorts kSpatial's keys, hands them over and sorts kTemporal's while
+        // this one lays out the overlap structure; then kTemporal places there and kSpatial
+        // (which takes longer) here. Both threads run under the caller's cancellation token
+        // (`crate::cancel`).
         let token = crate::cancel::current();
         let token = token.as_ref();
-        let (planner, spatial_keys) = std::thread::scope(|s| {
-            let keys = s.spawn(|| packed_order(intervals, Strategy::Spatial));
-            (Planner::new(intervals, alignment), join(keys))
-        });
+        let built: OnceLock<Planner> = OnceLock::new();
         // Each order gives up once its heap can no longer win against the other's finished
         // one (kTemporal wins only with a smaller heap, kSpatial ties too): the plan chosen is
         // the same, but the loser, which would be dropped, stops where it has lost. Whichever
         // order stops, the other finished (an order publishes its bound only once done).
         let (spatial_stop, temporal_stop) = (AtomicI64::new(i64::MAX), AtomicI64::new(i64::MAX));
         let (spatial, temporal) = std::thread::scope(|s| {
-            let temporal = s.spawn(|| {
+            let (keys_tx, keys_rx) = mpsc::sync_channel(1);
+            let (planner_tx, planner_rx) = mpsc::sync_channel::<&Planner>(1);
+            let (own_stop, other_stop) = (&temporal_stop, &spatial_stop);
+            let temporal = s.spawn(move || {
                 crate::cancel::within(token, || {
-                    let plan = planner.run_below(Strategy::Temporal, offsets, &temporal_stop);
+                    // A send fails only when this thread's partner is gone (panicked): the
+                    // scope carries its panic on.
+                    keys_tx.send(packed_order(intervals, Strategy::Spatial)).ok()?;
+                    let keys = packed_order(intervals, Strategy::Temporal);
+                    let planner = planner_rx.recv().ok()?;
+                    let plan = planner.run_in_below(planner.order(Strategy::Temporal, keys), offsets, own_stop);
                     if let Some(p) = &plan {
                         // kSpatial loses only with a larger heap.
-                        spatial_stop.store(p.heap_size.saturating_add(1), Ordering::Relaxed);
+                        other_stop.store(p.heap_size.saturating_add(1), Ordering::Relaxed);
                     }
                     plan
                 })
             });
+            let planner = built.get_or_init(|| Planner::new(intervals, alignment));
+            let _ = planner_tx.send(planner);
+            // The keys' thread panicked if nothing came: its panic is carried on by `join`.
+            let Ok(spatial_keys) = keys_rx.recv() else {
+                join(temporal);
+                unreachable!("the keys' thread ended without sending them");
+            };
             let spatial = planner.run_in_below(planner.order(Strategy::Spatial, spatial_keys), offsets, &spatial_stop);
             if let Some(p) = &spatial {
                 temporal_stop.store(p.heap_size, Ordering::Relaxed);
