@@ -1,6 +1,6 @@
 //! How many threads a pass over a large input takes: the cores, at most 8; one where the input
 //! is too small for starting threads to pay (the import's entry decoding and matching of frees,
-//! the trace check).
+//! the trace check); and [`joined`], a scoped thread's result.
 
 /// Inputs of fewer items are passed over on one thread.
 const PARALLEL_FROM: usize = 1 << 18;
@@ -11,4 +11,9 @@ pub(crate) fn threads_for(n: usize) -> usize {
         return 1;
     }
     std::thread::available_parallelism().map_or(1, |p| p.get()).min(8)
+}
+
+/// A scoped thread's result, its panic carried on to the joining thread.
+pub(crate) fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
 }

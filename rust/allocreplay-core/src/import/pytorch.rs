@@ -582,7 +582,7 @@ fn parse_entries(
                     })
                 })
                 .collect();
-            workers.into_iter().map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+            workers.into_iter().map(crate::cores::joined).collect()
         });
         // The first error in the entries' order, as one thread would find it.
         for clamped in done {
@@ -755,7 +755,7 @@ fn import_device(
         std::thread::scope(|s| {
             let back = s.spawn(|| state_before(parsed, finals, &pools, dev, strict));
             let matched = match_frees(parsed);
-            (back.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), matched)
+            (crate::cores::joined(back), matched)
         })
     } else {
         (state_before(parsed, finals, &pools, dev, strict), match_frees(parsed))
@@ -1114,11 +1114,8 @@ fn emit_history_parallel(
         let stacks = stacked.then(|| s.spawn(|| stack_ids(p, parsed, frames)));
         let scans: Vec<_> = ranges.iter().map(|&(a, b)| s.spawn(move || scan_part(parsed, a..b, pools))).collect();
         let seed_frees = seed_frees(parsed, matched, seed_ids);
-        fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
-            h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
-        }
-        let scans: Vec<PartScan> = scans.into_iter().map(join).collect();
-        (scans, stacks.map(join), seed_frees)
+        let scans: Vec<PartScan> = scans.into_iter().map(crate::cores::joined).collect();
+        (scans, stacks.map(crate::cores::joined), seed_frees)
     });
     let stacks = match stacks {
         Some(stacks) => stacks,
@@ -1133,6 +1130,8 @@ fn emit_history_parallel(
     let of_seed = |k: usize| seed_frees.binary_search_by_key(&(k as u32), |&(j, _)| j).ok().and_then(|i| seed_frees[i].1);
     out.push_parallel(&counts, |t, w| {
         let (mut id, mut programs) = (first_ids[t], scans[t].programs.iter().peekable());
+        // The seeds' part of `history_alloc_id` is done (`seed_frees`): none left here.
+        let mut no_seeds = FxHashMap::default();
         for k in ranges[t].0..ranges[t].1 {
             let e = &parsed[k];
             if programs.next_if_eq(&&(k as u32)).is_some() {
@@ -1140,12 +1139,10 @@ fn emit_history_parallel(
             }
             let mut r = e.row(dev, stacks.as_ref().and_then(|s| s[k]));
             r.alloc_id = match (e.action, matched[k]) {
-                (Action::Alloc, _) => {
-                    id += 1;
-                    Some(id - 1)
-                }
                 (Action::FreeRequested | Action::FreeCompleted, FROM_SEEDS) => of_seed(k),
-                (Action::FreeRequested | Action::FreeCompleted, rank) => Some(first_id + u64::from(rank)),
+                (Action::Alloc | Action::FreeRequested | Action::FreeCompleted, m) => {
+                    history_alloc_id(e, m, first_id, &mut id, &mut no_seeds)
+                }
                 _ => None,
             };
             w.push(&r);
@@ -1207,16 +1204,19 @@ fn stack_ids(p: &Pickle, parsed: &[Entry], frames: &mut Stacks) -> Option<Vec<Op
 /// index: a history alloc replaces the seed at its address. Frees not listed get none.
 fn seed_frees(parsed: &[Entry], matched: &[u32], seed_ids: &mut FxHashMap<u64, u64>) -> Vec<(u32, Option<u64>)> {
     let mut out = Vec::new();
+    // The ids of allocs and of matched frees are not kept here.
+    let mut unused_next = 0;
     for (k, e) in parsed.iter().enumerate() {
         if seed_ids.is_empty() {
             break;
         }
         match (e.action, matched[k]) {
-            (Action::Alloc, _) => {
-                seed_ids.remove(&e.addr);
+            (Action::Alloc, m) => {
+                history_alloc_id(e, m, 0, &mut unused_next, seed_ids);
             }
-            (Action::FreeRequested, FROM_SEEDS) => out.push((k as u32, seed_ids.get(&e.addr).copied())),
-            (Action::FreeCompleted, FROM_SEEDS) => out.push((k as u32, seed_ids.remove(&e.addr))),
+            (Action::FreeRequested | Action::FreeCompleted, FROM_SEEDS) => {
+                out.push((k as u32, history_alloc_id(e, FROM_SEEDS, 0, &mut unused_next, seed_ids)))
+            }
             _ => {}
         }
     }

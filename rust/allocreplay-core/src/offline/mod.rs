@@ -112,15 +112,14 @@ fn lifetimes(trace: &Trace, device: i32, a: i64, by_handle: bool) -> Result<(hea
     // count: a vector), but be safe (any other id: a map).
     let mut dense: Vec<u32> = crate::huge_pages::filled(n, NO_HANDLE);
     let mut handle_of: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-    // Room for an allocation per event (a bound: untouched capacity is never faulted in);
-    // counted first only where the count could reach the handles' limit.
-    if n >= u32::MAX as usize {
-        let allocs = c.count_actions(device, Action::Alloc as u8..=Action::Alloc as u8, 0..n);
-        if allocs >= u32::MAX as usize {
-            return Err(Error::InvalidArgument(format!("{allocs} allocations: too many to plan")));
-        }
+    // Counted first only where the count is kept (`by_handle`) or could reach the handles'
+    // limit; else room for an allocation per event (a bound: untouched capacity is never
+    // faulted in).
+    let counted = (by_handle || n >= u32::MAX as usize).then(|| c.count_actions(device, Action::Alloc as u8..=Action::Alloc as u8, 0..n));
+    if let Some(allocs) = counted.filter(|&a| a >= u32::MAX as usize) {
+        return Err(Error::InvalidArgument(format!("{allocs} allocations: too many to plan")));
     }
-    let room = if by_handle { c.count_actions(device, Action::Alloc as u8..=Action::Alloc as u8, 0..n) } else { n };
+    let room = counted.unwrap_or(n);
     let mut b = heap::HeapBuilder::with_capacity(room);
     let mut sizes: Vec<i64> = Vec::with_capacity(if by_handle { room } else { 0 });
     let mut events: Vec<usize> = Vec::with_capacity(if by_handle { room } else { 0 });

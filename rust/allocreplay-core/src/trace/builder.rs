@@ -134,9 +134,7 @@ impl TraceBuilder {
             if let Some(w) = own {
                 fill(0, w);
             }
-            for w in workers {
-                w.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-            }
+            workers.into_iter().for_each(crate::cores::joined);
         });
         for (k, w) in parts.iter().enumerate() {
             assert_eq!(w.at, counts[k], "push_parallel: part {k} pushed {} rows of {}", w.at, counts[k]);

@@ -6,6 +6,7 @@ use super::free_chunks::{best_fit, FreeChunkWalk};
 use super::layout::{DoesNotFit, Layout, Placed, SlotInfo, AHEAD};
 use super::query::{prefetch, Scratch};
 use super::{BufferInterval, HeapPlan, Strategy, CANCEL_EVERY, MAX_HEAP};
+use crate::cores::joined;
 use crate::huge_pages;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, OnceLock};
@@ -72,16 +73,16 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
             });
             let planner = built.get_or_init(|| Planner::new(intervals, alignment));
             let _ = planner_tx.send(planner);
-            // The keys' thread panicked if nothing came: its panic is carried on by `join`.
+            // The keys' thread panicked if nothing came: its panic is carried on by `joined`.
             let Ok(spatial_keys) = keys_rx.recv() else {
-                join(temporal);
+                joined(temporal);
                 unreachable!("the keys' thread ended without sending them");
             };
             let spatial = planner.run_in_below(planner.order(Strategy::Spatial, spatial_keys), offsets, &spatial_stop);
             if let Some(p) = &spatial {
                 temporal_stop.store(p.heap_size, Ordering::Relaxed);
             }
-            (spatial, join(temporal))
+            (spatial, joined(temporal))
         });
         match (spatial, temporal) {
             (Some(spatial), Some(temporal)) => (spatial, temporal),
@@ -111,11 +112,6 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
     } else {
         spatial
     }
-}
-
-/// A scoped thread's result (its panic carried on).
-fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
 
 /// Intervals from which [`plan`] runs its two orders on two threads (below, a thread costs
