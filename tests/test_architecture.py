@@ -59,6 +59,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "allocreplay.capture._tf",
             "allocreplay.capture._tags",
             "allocreplay.capture._hostva",
+            "allocreplay.capture._driver_memory",
             "allocreplay.capture._nogpu",
             "allocreplay.capture._nogpu_extras",
             "allocreplay.capture._nogpu_dist",

@@ -28,6 +28,7 @@ class TorchRecorder(FrameworkRecorder):
         self.torch: Any = None
         self.fractions: dict[int, float] = {}
         self.host_va: Any = None
+        self.driver_memory: Any = None
 
     # --- start
     def on_import(self, torch: Any) -> None:
@@ -77,6 +78,7 @@ class TorchRecorder(FrameworkRecorder):
         self.status["recording"] = True
         self.status["reason"] = None
         self.status["record_memory_history"] = kwargs
+        self._watch_driver_memory()
         self.session.keep_atexit_last()
 
     def _watch_host_va(self) -> None:
@@ -93,6 +95,20 @@ class TorchRecorder(FrameworkRecorder):
         except Exception as e:  # never break the recorded program
             self.host_va = None
             log(f"pytorch: not noting host ranges: {type(e).__name__}: {e}")
+
+    def _watch_driver_memory(self) -> None:
+        """Note the device memory the driver takes for itself between allocations
+        (``_driver_memory``), which shares the address space with the segments."""
+        if not hasattr(getattr(self.torch, "_C", None), "_activate_gpu_trace"):
+            return
+        try:
+            from . import _driver_memory
+
+            self.driver_memory = _driver_memory.DriverMemory(self.torch)
+            self.driver_memory.install()
+        except Exception as e:  # never break the recorded program
+            self.driver_memory = None
+            log(f"pytorch: not noting the driver's memory: {type(e).__name__}: {e}")
 
     def _watch_memory_fraction(self) -> None:
         """Remember what ``set_per_process_memory_fraction`` is given: the memory cap of the
@@ -181,6 +197,9 @@ class TorchRecorder(FrameworkRecorder):
         host_va = self.host_va.to_json() if self.host_va is not None else None
         if host_va is not None:
             common["host_va"] = host_va
+        driver_memory = self.driver_memory.to_json() if self.driver_memory is not None else None
+        if driver_memory is not None:
+            common["driver_memory"] = driver_memory
         devices: dict[str, str] = {}
         for d in used:
             props = torch.cuda.get_device_properties(d)

@@ -30,6 +30,7 @@ HOOK_FILES = (
     "_recorder.py",
     "_pytorch.py",
     "_hostva.py",
+    "_driver_memory.py",
     "_jax.py",
     "_tf.py",
     "_nogpu.py",

@@ -1,0 +1,118 @@
+"""The capture hook's notes of the device memory the CUDA driver takes for itself
+(``allocreplay/capture/_driver_memory.py``, issue 29 item 1), driven by a stand-in for torch
+that plays back what an H100 showed in gpt2_small_train (research/driver-probes/s23/): free
+memory falling by more than PyTorch's reserved memory rose is the driver's, noted with the index
+of the allocation it came before; a segment alone notes nothing; nothing is read while a CUDA
+graph is being captured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from allocreplay.capture import _driver_memory
+
+MIB = 1 << 20
+
+
+class FakeCuda:
+    def __init__(self) -> None:
+        self.free = 80_000 * MIB
+        self.reserved = 0
+        self.allocated = 0
+        self.capturing = False
+        self.reads = 0
+
+    def current_device(self) -> int:
+        return 0
+
+    def memory_stats(self, device: int) -> dict[str, int]:
+        return {"allocation.all.allocated": self.allocated}
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        self.reads += 1
+        return self.free, 80_000 * MIB
+
+    def memory_reserved(self, device: int) -> int:
+        return self.reserved
+
+    def is_current_stream_capturing(self) -> bool:
+        return self.capturing
+
+
+class FakeCudart:
+    """``torch.cuda.cudart()``: the binding the hook reads free memory through."""
+
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda = cuda
+
+    def cudaMemGetInfo(self, device: int) -> tuple[int, int]:
+        return self.cuda.mem_get_info(device)
+
+
+class FakeCudaWithCudart(FakeCuda):
+    def cudart(self) -> FakeCudart:
+        return FakeCudart(self)
+
+
+class FakeTorch:
+    def __init__(self, cudart: bool = False) -> None:
+        self.cuda = FakeCudaWithCudart() if cudart else FakeCuda()
+
+
+def alloc(torch: Any, notes: _driver_memory.DriverMemory, segment: int = 0, driver: int = 0) -> None:
+    """One allocation of the caching allocator: the driver's memory taken since the last one,
+    then a segment if the allocation needed one, then the callback."""
+    cuda = torch.cuda
+    cuda.free -= driver + segment
+    cuda.reserved += segment
+    cuda.allocated += 1
+    notes.on_alloc(0)
+
+
+@pytest.mark.parametrize("cudart", [False, True], ids=["mem_get_info", "cudart"])
+def test_the_driver_memory_is_noted_before_the_allocation_that_sees_it(cudart: bool) -> None:
+    torch = FakeTorch(cudart)
+    notes = _driver_memory.DriverMemory(torch)
+    alloc(torch, notes, segment=64 * MIB)  # index 0: the first segment, the baseline
+    for _ in range(76):
+        alloc(torch, notes)
+    alloc(torch, notes, driver=2 * MIB)  # index 77
+    alloc(torch, notes, driver=90 * MIB, segment=20 * MIB)  # index 78, with a segment
+    alloc(torch, notes, segment=26 * MIB)  # a segment alone: nothing
+    assert notes.changes == [[77, 2 * MIB], [78, 90 * MIB]]
+    out = notes.to_json()
+    assert out is not None and out["changes"] == notes.changes and out["error"] is None and out["device"] == 0
+
+
+def test_nothing_is_read_while_a_graph_is_captured_but_allocations_are_counted() -> None:
+    torch = FakeTorch()
+    notes = _driver_memory.DriverMemory(torch)
+    alloc(torch, notes, segment=20 * MIB)
+    torch.cuda.capturing = True
+    reads = torch.cuda.reads
+    alloc(torch, notes, driver=8 * MIB)  # index 1, inside the capture: not read
+    assert torch.cuda.reads == reads
+    torch.cuda.capturing = False
+    alloc(torch, notes)  # index 2 sees it
+    assert notes.changes == [[2, 8 * MIB]]
+
+
+def test_a_failing_read_stops_the_notes_and_says_why() -> None:
+    torch = FakeTorch()
+    notes = _driver_memory.DriverMemory(torch)
+    alloc(torch, notes, segment=20 * MIB)
+
+    def broken(device: int) -> tuple[int, int]:
+        raise RuntimeError("cudaMemGetInfo failed")
+
+    torch.cuda.mem_get_info = broken  # type: ignore[method-assign]
+    alloc(torch, notes, driver=2 * MIB)
+    alloc(torch, notes)
+    out = notes.to_json()
+    assert out is not None and out["error"] == "RuntimeError: cudaMemGetInfo failed" and out["changes"] == []
+
+
+def test_nothing_is_written_when_nothing_was_allocated() -> None:
+    assert _driver_memory.DriverMemory(FakeTorch()).to_json() is None
