@@ -17,6 +17,20 @@ use std::thread::JoinHandle;
 
 use rustc_hash::FxHashMap;
 
+/// A change of the driver's address space that the GPU trace does not record, applied before
+/// a row of the replay ([`crate::engine`]'s schedule of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressChange {
+    /// The host process freed (`freed`) or mapped `[start, end)`, in the model's coordinates
+    /// (`AddressSpace::add_host_free`, `AddressSpace::take_host`).
+    Host { start: u64, end: u64, freed: bool },
+    /// The driver's local memory grew by `bytes` (`AddressSpace::grow_local_memory`).
+    LocalMemoryGrows { bytes: u64 },
+    /// The driver (or a library: cuBLAS, a module's code) allocated `bytes` for itself, never
+    /// freed (`AddressSpace::malloc`).
+    DriverMalloc { bytes: u64 },
+}
+
 /// What the helper runs: the driver's placement (`memory::AddressSpace`), as `DeviceMemory`
 /// calls it.
 pub(crate) trait AddressPlacer: Send + 'static {
@@ -24,18 +38,23 @@ pub(crate) trait AddressPlacer: Send + 'static {
     fn malloc(&mut self, size: u64) -> Option<u64>;
     /// `cudaFree(addr)`.
     fn free(&mut self, addr: u64);
-    /// The host process freed (`freed`) or mapped `[start, end)`.
-    fn host_changed(&mut self, start: u64, end: u64, freed: bool);
+    /// A change the trace does not record (a host range, the driver's local memory).
+    fn changed(&mut self, change: AddressChange);
 }
 
 /// `cudaMalloc`s and `cudaFree`s sent to the helper at a time: (token, size) for a malloc,
 /// (token, 0) for a free; a host range's change is two entries, ([`HOST_FREED`] or
-/// [`HOST_TAKEN`], start) and (end, 0), sent together.
+/// [`HOST_TAKEN`], start) and (end, 0), sent together; a growth of the local memory or a
+/// driver's allocation one, ([`LOCAL_MEMORY_GROWS`] or [`DRIVER_MALLOC`], bytes).
 const BATCH: usize = 4096;
 
 /// Markers of a host range's change (below every token).
 const HOST_FREED: u64 = 1;
 const HOST_TAKEN: u64 = 2;
+/// Markers of a growth of the driver's local memory and of a driver's allocation (below every
+/// token).
+const LOCAL_MEMORY_GROWS: u64 = 3;
+const DRIVER_MALLOC: u64 = 4;
 
 /// The first token (any start works; a recognisable one reads better in a debugger).
 const FIRST_TOKEN: u64 = 1 << 48;
@@ -74,8 +93,17 @@ impl Deferred {
                     while i < batch.len() {
                         let (token, size) = batch[i];
                         if token == HOST_FREED || token == HOST_TAKEN {
-                            va.host_changed(size, batch[i + 1].0, token == HOST_FREED);
+                            va.changed(AddressChange::Host { start: size, end: batch[i + 1].0, freed: token == HOST_FREED });
                             i += 2;
+                            continue;
+                        }
+                        if token == LOCAL_MEMORY_GROWS || token == DRIVER_MALLOC {
+                            va.changed(if token == DRIVER_MALLOC {
+                                AddressChange::DriverMalloc { bytes: size }
+                            } else {
+                                AddressChange::LocalMemoryGrows { bytes: size }
+                            });
+                            i += 1;
                             continue;
                         }
                         if size > 0 {
@@ -120,12 +148,17 @@ impl Deferred {
         self.push((token, 0));
     }
 
-    /// The host process freed (`freed`) or mapped `[start, end)`: applied by the helper in its
-    /// place among the calls.
-    pub(crate) fn host_changed(&mut self, start: u64, end: u64, freed: bool) {
-        // Both entries in one batch: `push` sends only once the pair is in.
-        self.ops.push((if freed { HOST_FREED } else { HOST_TAKEN }, start));
-        self.push((end, 0));
+    /// A change the trace does not record: applied by the helper in its place among the calls.
+    pub(crate) fn changed(&mut self, change: AddressChange) {
+        match change {
+            AddressChange::Host { start, end, freed } => {
+                // Both entries in one batch: `push` sends only once the pair is in.
+                self.ops.push((if freed { HOST_FREED } else { HOST_TAKEN }, start));
+                self.push((end, 0));
+            }
+            AddressChange::LocalMemoryGrows { bytes } => self.push((LOCAL_MEMORY_GROWS, bytes)),
+            AddressChange::DriverMalloc { bytes } => self.push((DRIVER_MALLOC, bytes)),
+        }
     }
 
     /// A call outside `malloc` / `free`: the replay is run again with the address space in line.
@@ -181,15 +214,26 @@ mod tests {
         let mut va = AddressSpace::new();
         let mut live: Vec<(u64, u64)> = Vec::new();
         let mut rng = crate::test_rng::XorShift64::new(7);
-        // Host ranges freed and taken again above the context (issue 29), now and then.
+        // Host ranges freed and taken again above the context (issue 29), now and then, and
+        // the local memory grown.
         let above = AddressSpace::new().malloc(2 * MIB).expect("room") + (1 << 30);
         for step in 0..20_000 {
             let x = rng.next_u64();
             if step % 97 == 0 {
                 let start = above + (x >> 20) % 4096 * MIB + (x % 3) * 4096;
                 let end = start + (1 + (x >> 40) % 200) * MIB;
-                d.host_changed(start, end, !x.is_multiple_of(5));
-                va.host_changed(start, end, !x.is_multiple_of(5));
+                let change = AddressChange::Host { start, end, freed: !x.is_multiple_of(5) };
+                d.changed(change);
+                va.changed(change);
+                continue;
+            }
+            if step % 1001 == 500 {
+                // The driver's local memory grows now and then, or the driver allocates.
+                let bytes = (1 + x % 64) * 2 * MIB;
+                let change =
+                    if x.is_multiple_of(2) { AddressChange::LocalMemoryGrows { bytes } } else { AddressChange::DriverMalloc { bytes } };
+                d.changed(change);
+                va.changed(change);
                 continue;
             }
             if live.len() < 8 || !x.is_multiple_of(3) {

@@ -31,6 +31,13 @@ pub const MAX_DEVICE_MEMORY: u64 = VA_TOP - VA_BOTTOM - VA_ALIGN;
 const RESERVE_BASE: u64 = 0x3_0200_0000;
 /// End of the CUDA context's region in the model (rule 5's holes are below it).
 const CONTEXT_END: u64 = VA_TOP + 512 * MIB;
+/// The driver's local memory in a fresh context: 1 KiB of stack x 132 SMs x 2,048 threads +
+/// 150 MiB, the first region of the address space, at [`VA_TOP`]; its 32 MiB blocks end at +416
+/// MiB, so the 2 MiB above it are rule 5's hole at +414 MiB (an H100; docs/driver-address-space.md,
+/// "The context's local memory").
+const LOCAL_MEMORY_START: u64 = 414 * MIB;
+
+pub use super::deferred::AddressChange;
 
 /// A range carved from the free address space by a `cudaMalloc`: the allocation at its base,
 /// and what is left of it above (its *holes*), which later allocations fill.
@@ -101,6 +108,10 @@ pub struct AddressSpace {
     owner: FxHashMap<u64, (u64, u64)>,
     /// Next `cuMemAddressReserve` address.
     reserve_next: u64,
+    /// Where the driver's local memory is (`None` once a larger buffer found no room), and its
+    /// size.
+    local_memory: Option<u64>,
+    local_memory_bytes: u64,
 }
 
 impl super::deferred::AddressPlacer for AddressSpace {
@@ -110,11 +121,14 @@ impl super::deferred::AddressPlacer for AddressSpace {
     fn free(&mut self, addr: u64) {
         AddressSpace::free(self, addr)
     }
-    fn host_changed(&mut self, start: u64, end: u64, freed: bool) {
-        if freed {
-            self.add_host_free(start, end);
-        } else {
-            self.take_host(start, end);
+    fn changed(&mut self, change: AddressChange) {
+        match change {
+            AddressChange::Host { start, end, freed: true } => self.add_host_free(start, end),
+            AddressChange::Host { start, end, freed: false } => self.take_host(start, end),
+            AddressChange::LocalMemoryGrows { bytes } => self.grow_local_memory(bytes),
+            AddressChange::DriverMalloc { bytes } => {
+                self.driver_malloc(bytes);
+            }
         }
     }
 }
@@ -136,11 +150,37 @@ impl AddressSpace {
             regions: FxHashMap::default(),
             owner: FxHashMap::default(),
             reserve_next: RESERVE_BASE,
+            local_memory: Some(VA_TOP),
+            local_memory_bytes: LOCAL_MEMORY_START,
         };
-        // The context's region (never freed), with the holes a fresh process shows.
-        let context_holes = vec![(VA_TOP + 414 * MIB, VA_TOP + 416 * MIB), (VA_TOP + 488 * MIB, CONTEXT_END)];
-        va.add_region(VA_TOP + 400 * MIB, CONTEXT_END, 1 << 30, context_holes);
+        // The context's region (never freed), with the hole a fresh process shows at +488 MiB,
+        // and below it the local memory's, with the 2 MiB at +414 MiB.
+        va.add_region(VA_TOP + 416 * MIB, CONTEXT_END, 1 << 30, vec![(VA_TOP + 488 * MIB, CONTEXT_END)]);
+        va.add_region(VA_TOP, VA_TOP + 416 * MIB, 1, vec![(VA_TOP + LOCAL_MEMORY_START, VA_TOP + 416 * MIB)]);
+        va.owner.insert(VA_TOP, (VA_TOP, LOCAL_MEMORY_START));
         va
+    }
+
+    /// The driver's local memory became a buffer of `bytes` (a kernel needed more stack per
+    /// thread): it frees the old buffer first, then allocates the new one as any `cudaMalloc`
+    /// (rules 2 and 4; measured on an H100: the buffer of 4 KiB stacks went below every region,
+    /// and the one of 32 KiB stacks at `align_down(top - size, 32 MiB)` of the range the 4 KiB
+    /// one had left; research/driver-probes/lmem-h100-580.159.txt). Where nothing else lives in
+    /// the old buffer's region, its range returns to the free space; where something does (a 2
+    /// MiB segment in the hole above the first buffer), it becomes a hole of that region.
+    pub fn set_local_memory(&mut self, bytes: u64) {
+        if let Some(old) = self.local_memory.take() {
+            self.free(old);
+        }
+        self.local_memory = self.malloc(bytes);
+        self.local_memory_bytes = bytes;
+    }
+
+    /// The driver's local memory grew by `bytes` ([`AddressSpace::set_local_memory`]): lazily
+    /// loaded kernels needed more per thread (docs/driver-address-space.md, "The driver's own
+    /// allocations during the run").
+    pub fn grow_local_memory(&mut self, bytes: u64) {
+        self.set_local_memory(self.local_memory_bytes + bytes);
     }
 
     /// Adds a region (the newest) with `live` allocations and these holes.
@@ -187,6 +227,17 @@ impl AddressSpace {
             self.owner.insert(s, (base, need));
             return Some(s);
         }
+        self.new_region(need)
+    }
+
+    /// An allocation of the driver's own: its module code and library handles (docs/driver-address-space.md,
+    /// "The driver's own allocations during the run").
+    pub fn driver_malloc(&mut self, size: u64) -> Option<u64> {
+        self.malloc(size)
+    }
+
+    /// Rule 3: a new region for `need` bytes (whole 2 MiB pages).
+    fn new_region(&mut self, need: u64) -> Option<u64> {
         // 3. A new region, top-down: the highest free range at least `need + 32 MiB` long.
         // The region is the allocation's 32 MiB blocks: it reaches the range's end in the
         // model's own (aligned) ranges; in a range the host freed, what lies above stays free
@@ -507,13 +558,13 @@ impl DeviceMemory {
         }
     }
 
-    /// The host process freed (`freed`) or mapped `[start, end)`, in the model's coordinates
-    /// ([`AddressSpace::add_host_free`], [`AddressSpace::take_host`]).
-    pub fn host_range_changed(&mut self, start: u64, end: u64, freed: bool) {
+    /// A change of the address space the trace does not record ([`AddressChange`]), in the
+    /// model's coordinates.
+    pub fn address_changed(&mut self, change: AddressChange) {
         use super::deferred::AddressPlacer;
         match self.deferred.as_mut() {
-            Some(d) => d.host_changed(start, end, freed),
-            None => self.va.host_changed(start, end, freed),
+            Some(d) => d.changed(change),
+            None => self.va.changed(change),
         }
     }
 
@@ -686,6 +737,54 @@ mod tests {
         let (base, tail) = (got[0], got[0] + 144);
         assert_eq!(&got[1..8], &[tail, tail + 2, tail + 4, tail + 6, tail + 8, tail + 10, tail + 12]);
         assert_eq!(&got[8..], &[tail + 10, tail + 12, tail + 14, base, base + 2]);
+    }
+
+    #[test]
+    fn the_local_memory_grows_as_the_h100_probe_shows() {
+        // research/driver-probes/lmem-h100-580.159.txt: MiB relative to the first cudaMalloc
+        // (20 MiB, in the context's hole), with a 64 MiB one after it; a kernel needing 4 KiB
+        // of stack per thread, then one needing 32 KiB, between the others.
+        let mut va = AddressSpace::new();
+        let mib = |x: u64| x * MIB;
+        let first = va.malloc(mib(20)).unwrap() as i64;
+        let rel = |va: &mut AddressSpace, sizes: &[u64]| -> Vec<i64> {
+            sizes.iter().map(|&m| (va.malloc(mib(m)).unwrap() as i64 - first) / MIB as i64).collect()
+        };
+        assert_eq!(rel(&mut va, &[64, 20, 20, 2, 2]), vec![-552, -584, -616, -596, -594]);
+        let stack = |kib: u64| kib * 1024 * 132 * 2048 + (150 << 20);
+        va.set_local_memory(stack(4));
+        assert_eq!((va.local_memory.unwrap() as i64 - first) / MIB as i64, -1832);
+        // The 416 MiB of the first buffer went back to the free space: carved top-down.
+        assert_eq!(rel(&mut va, &[20, 20, 2, 14, 18]), vec![-104, -136, -116, -168, -154]);
+        va.set_local_memory(stack(32));
+        assert_eq!((va.local_memory.unwrap() as i64 - first) / MIB as i64, -9224);
+        assert_eq!(rel(&mut va, &[20, 20, 2, 14, 18, 64]), vec![-200, -232, -212, -264, -250, -328]);
+    }
+
+    #[test]
+    fn a_local_memory_freed_under_a_live_segment_is_filled_from_its_base() {
+        // gpt2_small_train and vit_b32_train (docs/driver-address-space.md): a 2 MiB segment
+        // lives in the hole above the first buffer when the buffer is replaced; its range is then
+        // a hole of that region, filled upwards from VA_TOP.
+        let got = run(&[64, 2]);
+        assert_eq!(got, vec![-64, 414]);
+        let mut va = AddressSpace::new();
+        run_on(&mut va, &[64, 2]);
+        va.set_local_memory(4 * 1024 * 132 * 2048 + (150 << 20));
+        assert_eq!(run_on(&mut va, &[20, 26, 32]), vec![0, 20, 46]);
+    }
+
+    #[test]
+    fn the_local_memory_grown_by_90_mib_leaves_its_range_to_the_next_segments() {
+        // traces/h100/gpt2_small_train__default: first segment 64 MiB, a 2 MiB one in the hole
+        // above the local memory; the capture noted +90 MiB (the local memory's growth) at the
+        // first embedding, and the next two segments (20 and 26 MiB) went to +64 and +84 MiB
+        // from the first segment: the old buffer's range, from its base.
+        let mut va = AddressSpace::new();
+        let first = run_on(&mut va, &[64, 2])[0];
+        va.grow_local_memory(90 * MIB);
+        let got: Vec<i64> = run_on(&mut va, &[20, 26]).iter().map(|a| a - first).collect();
+        assert_eq!(got, vec![64, 84]);
     }
 
     /// Replays every `### raw__*` sequence of a probe log (`a ID SIZE ADDRESS ...`, `f ID ...`:

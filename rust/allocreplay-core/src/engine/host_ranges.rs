@@ -1,5 +1,6 @@
-//! The host ranges a capture saw freed or mapped again ([`crate::trace::HostChange`]), applied
-//! to a replay's modelled address space at their point of the history (issue 29 item 1).
+//! The host ranges a capture saw freed or mapped again ([`crate::trace::HostChange`]), and the
+//! device memory the driver took for itself ([`crate::trace::DriverMemoryChange`]), applied to a
+//! replay's modelled address space at their point of the history (issue 29 item 1).
 //!
 //! The hook notes each range with the number of allocations the caching allocator had made
 //! (`allocation.all.allocated`): the change happened before the allocation of that index, so it
@@ -10,27 +11,66 @@
 
 use arrow_array::{Array, RecordBatch};
 
-use crate::device::memory::AddressSpace;
-use crate::trace::{Action, Columns, TraceMetadata};
+use crate::device::memory::{AddressChange, AddressSpace};
+use crate::trace::{Action, Columns, DriverMemoryChange, HostChange, TraceMetadata};
 
-/// `(trace row, start, end, freed)` in the model's coordinates, by row: the ranges to add to
+const MIB: u64 = 1 << 20;
+/// A change of at least this much is the local memory's growth when it is the first one
+/// (docs/driver-address-space.md, "The driver's own allocations during the run": about 90 MiB
+/// at the first real kernel on an H100; the next ones are 2 to 10 MiB or 64 MiB).
+const LOCAL_MEMORY_GROWTH_MIN: u64 = 32 * MIB;
+/// What each thread's first cuBLAS call takes (a `cudaMalloc` of its own).
+const CUBLAS_HANDLE: u64 = 64 * MIB;
+
+/// What the driver's noted memory does to the address space, as `(allocation index, change)`:
+/// the first change of at least [`LOCAL_MEMORY_GROWTH_MIN`] grows the local memory (lazily
+/// loaded kernels needing more per thread: the buffer is freed and allocated again, larger);
+/// every other one is an allocation of the driver's, split into [`CUBLAS_HANDLE`]s first and the
+/// rest (a cuBLAS handle and a module's code noted together: 66 MiB). Memory given back is not
+/// placed (none was seen; the model would not know which range).
+fn driver_changes(noted: &[DriverMemoryChange]) -> Vec<(u64, AddressChange)> {
+    let mut out = Vec::new();
+    let mut grown = false;
+    for c in noted {
+        let Ok(mut bytes) = u64::try_from(c.bytes) else { continue };
+        if !grown && bytes >= LOCAL_MEMORY_GROWTH_MIN && bytes % CUBLAS_HANDLE >= 16 * MIB {
+            grown = true;
+            out.push((c.allocs, AddressChange::LocalMemoryGrows { bytes }));
+            continue;
+        }
+        while bytes >= CUBLAS_HANDLE {
+            out.push((c.allocs, AddressChange::DriverMalloc { bytes: CUBLAS_HANDLE }));
+            bytes -= CUBLAS_HANDLE;
+        }
+        if bytes > 0 {
+            out.push((c.allocs, AddressChange::DriverMalloc { bytes }));
+        }
+    }
+    out
+}
+
+/// `(trace row, change)` in the model's coordinates, by row: the host ranges to add to
 /// (`freed`) or take from the modelled address space before each row is replayed (the address
-/// space uses only their part above its CUDA context: `AddressSpace::add_host_free`). Empty
-/// when the trace has none, or when its history was cut (the alloc count of a seeded trace
-/// does not start at the run's start). `batches`: the trace's record batches in order, each
-/// with its first row's index (a trace held whole is one; a streamed file's are read until
-/// every change has its row).
+/// space uses only their part above its CUDA context: `AddressSpace::add_host_free`), and the
+/// driver's own memory ([`TraceMetadata::driver_memory_changes`], as [`driver_changes`] reads it). Empty when the
+/// trace has none, or when its history was cut (the alloc count of a seeded trace does not
+/// start at the run's start). `batches`: the trace's record batches in order, each with its
+/// first row's index (a trace held whole is one; a streamed file's are read until every change
+/// has its row).
 pub(crate) fn schedule<E>(
     metadata: &TraceMetadata,
     device: i32,
     batches: impl IntoIterator<Item = Result<(usize, RecordBatch), E>>,
-) -> Result<Vec<(usize, u64, u64, bool)>, E> {
-    let mut changes = metadata.host_changes(device);
+) -> Result<Vec<(usize, AddressChange)>, E> {
+    // Host ranges carry the run's addresses (moved below); the driver's changes sizes only.
+    let mut changes: Vec<(u64, Option<HostChange>, Option<AddressChange>)> =
+        metadata.host_changes(device).into_iter().map(|f| (f.allocs, Some(f), None)).collect();
+    changes.extend(driver_changes(&metadata.driver_memory_changes(device)).into_iter().map(|(allocs, c)| (allocs, None, Some(c))));
     if changes.is_empty() || metadata.seeded {
         return Ok(Vec::new());
     }
-    // In the order noted (a stable sort: the hook notes in order of `allocs` already).
-    changes.sort_by_key(|f| f.allocs);
+    // In the order noted (a stable sort: each list is in order of `allocs` already).
+    changes.sort_by_key(|f| f.0);
     let mut out = Vec::with_capacity(changes.len());
     let mut next = changes.iter().peekable();
     // The shift from the run's addresses to the model's, once the first segment is seen.
@@ -52,9 +92,14 @@ pub(crate) fn schedule<E>(
             }
             let Some(shift) = shift else { return Ok(Vec::new()) };
             let moved = |a: u64| u64::try_from(i128::from(a) + shift).ok();
-            while let Some(f) = next.next_if(|f| f.allocs <= allocs) {
-                if let (Some(s), Some(e)) = (moved(f.start), moved(f.end)) {
-                    out.push((base + j, s, e, f.freed));
+            while let Some(&(_, host, driver)) = next.next_if(|f| f.0 <= allocs) {
+                if let Some(f) = host {
+                    if let (Some(start), Some(end)) = (moved(f.start), moved(f.end)) {
+                        out.push((base + j, AddressChange::Host { start, end, freed: f.freed }));
+                    }
+                }
+                if let Some(change) = driver {
+                    out.push((base + j, change));
                 }
             }
             if next.peek().is_none() {
@@ -64,4 +109,31 @@ pub(crate) fn schedule<E>(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_large_change_grows_the_local_memory_and_the_rest_are_allocations() {
+        // gpt2_small_train's changes as the capture noted them on an H100 (research/driver-probes/s23/).
+        let noted =
+            |v: &[(u64, i64)]| v.iter().map(|&(allocs, m)| DriverMemoryChange { allocs, bytes: m * MIB as i64 }).collect::<Vec<_>>();
+        let got = driver_changes(&noted(&[(77, 2), (78, 90), (88, 66), (102, 2), (267, 64), (300, -2)]));
+        let malloc = |m: u64| AddressChange::DriverMalloc { bytes: m * MIB };
+        assert_eq!(
+            got,
+            vec![
+                (77, malloc(2)),
+                (78, AddressChange::LocalMemoryGrows { bytes: 90 * MIB }),
+                (88, malloc(64)),
+                (88, malloc(2)),
+                (102, malloc(2)),
+                (267, malloc(64)),
+            ]
+        );
+        // Only the first large one grows it.
+        assert_eq!(driver_changes(&noted(&[(5, 100), (6, 100)]))[1..], [(6, malloc(64)), (6, malloc(36))]);
+    }
 }

@@ -8,6 +8,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::UInt64Type;
 use arrow_array::{Array, PrimitiveArray, RecordBatch};
 
+use crate::device::memory::AddressChange;
 use crate::device::{DeviceEvent, DeviceMemory, Stats};
 use crate::policy::{FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::trace::{Action, Columns, Trace};
@@ -180,7 +181,7 @@ fn replay_device_once(
     opts: &ReplayOptions,
     hooks: &mut Hooks<'_>,
     defer: bool,
-    host_ranges: Vec<(usize, u64, u64, bool)>,
+    host_ranges: Vec<(usize, AddressChange)>,
 ) -> Option<DeviceReplay> {
     let start = Instant::now();
     let c = trace.columns();
@@ -239,9 +240,9 @@ pub struct ReplayState {
     pending_hints: Vec<(u64, u64)>,
     peak_reserved: u64,
     peak_allocated: u64,
-    /// Host ranges to add to the modelled address space before rows of the trace, by row
-    /// (`host_ranges::schedule`), and the next one.
-    host_ranges: Vec<(usize, u64, u64, bool)>,
+    /// Changes of the modelled address space the trace does not record (host ranges, the
+    /// driver's local memory), by row (`host_ranges::schedule`), and the next one.
+    host_ranges: Vec<(usize, AddressChange)>,
     host_next: usize,
 }
 
@@ -273,7 +274,7 @@ impl<'p> DeviceReplayer<'p> {
 
     /// The host ranges to apply to the modelled address space before rows of the trace
     /// (`host_ranges::schedule`).
-    pub(crate) fn set_host_ranges(&mut self, host_ranges: Vec<(usize, u64, u64, bool)>) {
+    pub(crate) fn set_host_ranges(&mut self, host_ranges: Vec<(usize, AddressChange)>) {
         self.state.host_ranges = host_ranges;
     }
 
@@ -341,11 +342,11 @@ fn feed_rows<P: Policy + ?Sized>(policy: &mut P, st: &mut ReplayState, batch: &R
     while at < stop {
         // Host ranges freed (or mapped again) before this row change the modelled address space
         // first; a run ends at the next such row.
-        while let Some(&(row, s, e, freed)) = st.host_ranges.get(st.host_next) {
+        while let Some(&(row, change)) = st.host_ranges.get(st.host_next) {
             if row > base + at {
                 break;
             }
-            st.dev.host_range_changed(s, e, freed);
+            st.dev.address_changed(change);
             st.host_next += 1;
         }
         let mut end = stop.min(at + PROGRESS_EVERY);

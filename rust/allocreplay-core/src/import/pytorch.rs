@@ -418,9 +418,13 @@ fn capture_json(meta_path: &Path, m: &serde_json::Value, devices_seen: &[i32], m
     }
     metadata.extra.insert("recorded_stats".into(), serde_json::Value::Object(stats));
     metadata.extra.insert("meta_path".into(), meta_path.display().to_string().into());
-    // Checked here, so that a replay can rely on it (`TraceMetadata::host_freed`).
+    // Checked here, so that a replay can rely on them (`TraceMetadata::host_changes`,
+    // `TraceMetadata::driver_memory_changes`).
     if let Some(v) = m.get(crate::trace::HOST_VA) {
         crate::trace::parse_host_va(v).map_err(|e| Error::format(meta_path, format!("'{}' {e}", crate::trace::HOST_VA)))?;
+    }
+    if let Some(v) = m.get(crate::trace::DRIVER_MEMORY) {
+        crate::trace::parse_driver_memory(v).map_err(|e| Error::format(meta_path, format!("'{}' {e}", crate::trace::DRIVER_MEMORY)))?;
     }
     let mut capture = m.as_object().cloned().unwrap_or_default();
     capture.remove("memory_stats");

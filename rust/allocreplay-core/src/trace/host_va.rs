@@ -37,7 +37,52 @@ pub fn parse_host_va(v: &serde_json::Value) -> Result<Vec<HostChange>, String> {
     Ok(out)
 }
 
+/// Key of the capture JSON (and of the metadata's `extra.capture`): `{"device", "changes":
+/// [[index of the allocation it came before, bytes], ...], "error"}`, the device memory the driver
+/// took for itself between allocations of the caching allocator (negative: gave back), noted by
+/// `capture/_driver_memory.py` (docs/driver-address-space.md, "The driver's own allocations
+/// during the run").
+pub const DRIVER_MEMORY: &str = "driver_memory";
+
+/// The driver took `bytes` of device memory for itself (negative: gave them back) before the
+/// allocation of index `allocs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverMemoryChange {
+    pub allocs: u64,
+    pub bytes: i64,
+}
+
+/// The changes of a capture JSON's [`DRIVER_MEMORY`] object in the order noted, or what is wrong
+/// with it.
+pub fn parse_driver_memory(v: &serde_json::Value) -> Result<Vec<DriverMemoryChange>, String> {
+    let Some(changes) = v.get("changes").and_then(serde_json::Value::as_array) else { return Err("has no 'changes' list".into()) };
+    let mut out = Vec::with_capacity(changes.len());
+    for (i, c) in changes.iter().enumerate() {
+        match c.as_array().map(Vec::as_slice) {
+            Some([a, b]) if a.as_u64().is_some() && b.as_i64().is_some() => {
+                out.push(DriverMemoryChange { allocs: a.as_u64().unwrap_or_default(), bytes: b.as_i64().unwrap_or_default() })
+            }
+            _ => return Err(format!("'changes'[{i}] is not [allocation index, bytes] (a non-negative integer and an integer)")),
+        }
+    }
+    if out.windows(2).any(|w| w[1].allocs < w[0].allocs) {
+        return Err("'changes' are not in the order of their allocation index".into());
+    }
+    Ok(out)
+}
+
 impl TraceMetadata {
+    /// The device memory the driver took for itself while the capture of `device` ran
+    /// ([`DRIVER_MEMORY`]), in the order noted; none when the capture noted none (or recorded
+    /// another device).
+    pub fn driver_memory_changes(&self, device: i32) -> Vec<DriverMemoryChange> {
+        let Some(capture) = self.extra.get("capture") else { return Vec::new() };
+        if capture.get("device").and_then(serde_json::Value::as_i64).is_some_and(|d| d != i64::from(device)) {
+            return Vec::new();
+        }
+        capture.get(DRIVER_MEMORY).and_then(|v| parse_driver_memory(v).ok()).unwrap_or_default()
+    }
+
     /// The host ranges the capture of `device` saw change ([`HOST_VA`]), in the order noted;
     /// none when the capture recorded none (or recorded another device).
     pub fn host_changes(&self, device: i32) -> Vec<HostChange> {
@@ -67,6 +112,23 @@ mod tests {
         assert!(parse_host_va(&json!({"changes": [[0, 1, 100]]})).is_err());
         assert!(parse_host_va(&json!({"changes": 3})).unwrap_err().contains("not a list"));
         assert!(parse_host_va(&json!({})).is_err());
+    }
+
+    #[test]
+    fn driver_memory_changes_are_read_in_order_and_bad_ones_named() {
+        let v = json!({"device": 0, "changes": [[78, 94371840], [88, 69206016], [90, -2097152]], "error": null});
+        assert_eq!(
+            parse_driver_memory(&v).unwrap(),
+            vec![
+                DriverMemoryChange { allocs: 78, bytes: 90 << 20 },
+                DriverMemoryChange { allocs: 88, bytes: 66 << 20 },
+                DriverMemoryChange { allocs: 90, bytes: -(2 << 20) }
+            ]
+        );
+        assert!(parse_driver_memory(&json!({"changes": [[1, 2, 3]]})).unwrap_err().contains("'changes'[0]"));
+        assert!(parse_driver_memory(&json!({"changes": [[-1, 2]]})).unwrap_err().contains("'changes'[0]"));
+        assert!(parse_driver_memory(&json!({"changes": [[5, 2], [4, 2]]})).unwrap_err().contains("order"));
+        assert!(parse_driver_memory(&json!({})).unwrap_err().contains("'changes'"));
     }
 
     #[test]
