@@ -24,8 +24,10 @@ class FakeCuda:
         self.capturing = False
         self.reads = 0
 
+    device = 0
+
     def current_device(self) -> int:
-        return 0
+        return self.device
 
     def memory_stats(self, device: int) -> dict[str, int]:
         return {"allocation.all.allocated": self.allocated}
@@ -97,6 +99,17 @@ def test_nothing_is_read_while_a_graph_is_captured_but_allocations_are_counted()
     torch.cuda.capturing = False
     alloc(torch, notes)  # index 2 sees it
     assert notes.changes == [[2, 8 * MIB]]
+
+
+def test_another_devices_allocations_are_not_counted() -> None:
+    torch = FakeTorch()
+    notes = _driver_memory.DriverMemory(torch)
+    alloc(torch, notes, segment=20 * MIB)  # index 0 on device 0
+    torch.cuda.device = 1
+    alloc(torch, notes, driver=8 * MIB)  # device 1's: not counted, not read
+    torch.cuda.device = 0
+    alloc(torch, notes)  # index 1 on device 0 sees the free memory that fell
+    assert notes.changes == [[1, 8 * MIB]]
 
 
 def test_a_failing_read_stops_the_notes_and_says_why() -> None:

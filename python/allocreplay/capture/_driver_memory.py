@@ -13,9 +13,9 @@ device's free memory (``cudaMemGetInfo``); when free memory moved by more than P
 memory did, the difference is the driver's, noted with the index of that allocation (the number
 of allocations made before it: the ``alloc`` entry of the history it comes before).
 
-Only for a process that uses one device (the first one it allocates on); another process on the
-same GPU would be counted as the driver's (the capture says so in ``error`` when it cannot
-tell). Standard library and torch only: copied into the recorded process with the hook.
+Only for the first device the process allocates on (another device's allocations are not
+counted); another process allocating on the same GPU meanwhile would be counted as the
+driver's. Standard library and torch only: copied into the recorded process with the hook.
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ class DriverMemory:
 
     def _on_alloc(self) -> None:
         cuda = self.torch.cuda
+        if self.device is not None and cuda.current_device() != self.device:
+            return  # another device's allocation (the allocator sets the device it allocates on)
         if self.next_alloc is not None and cuda.is_current_stream_capturing():
             # Inside a CUDA graph's capture, cudaMemGetInfo may invalidate it: counted only.
             self.next_alloc += 1

@@ -197,9 +197,8 @@ class TorchRecorder(FrameworkRecorder):
         host_va = self.host_va.to_json() if self.host_va is not None else None
         if host_va is not None:
             common["host_va"] = host_va
+        # The driver's memory was noted for one device: only that device's metadata carries it.
         driver_memory = self.driver_memory.to_json() if self.driver_memory is not None else None
-        if driver_memory is not None:
-            common["driver_memory"] = driver_memory
         devices: dict[str, str] = {}
         for d in used:
             props = torch.cuda.get_device_properties(d)
@@ -225,6 +224,8 @@ class TorchRecorder(FrameworkRecorder):
             )
             if len(used) == 1:
                 meta["memory_stats"] = stats[d]
+            if driver_memory is not None and driver_memory["device"] == d:
+                meta["driver_memory"] = driver_memory
             path = self.path(f"torch-{pid}-dev{d}.json")
             write_json(path, meta)
             devices[str(d)] = os.path.basename(path)

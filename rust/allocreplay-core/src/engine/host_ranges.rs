@@ -23,14 +23,16 @@ const LOCAL_MEMORY_GROWTH_MIN: u64 = 32 * MIB;
 const CUBLAS_HANDLE: u64 = 64 * MIB;
 
 /// What the driver's noted memory does to the address space, as `(allocation index, change)`:
-/// the first change of at least [`LOCAL_MEMORY_GROWTH_MIN`] grows the local memory (lazily
-/// loaded kernels needing more per thread: the buffer is freed and allocated again, larger);
+/// under lazy module loading (CUDA's default; `lazy`), the first change of at least
+/// [`LOCAL_MEMORY_GROWTH_MIN`] that is not whole cuBLAS handles plus a little grows the local
+/// memory (lazily loaded kernels needing more per thread: the buffer is freed and allocated
+/// again, larger; eager loading sizes it when the context starts, and no run showed it grow);
 /// every other one is an allocation of the driver's, split into [`CUBLAS_HANDLE`]s first and the
 /// rest (a cuBLAS handle and a module's code noted together: 66 MiB). Memory given back is not
 /// placed (none was seen; the model would not know which range).
-fn driver_changes(noted: &[DriverMemoryChange]) -> Vec<(u64, AddressChange)> {
+fn driver_changes(noted: &[DriverMemoryChange], lazy: bool) -> Vec<(u64, AddressChange)> {
     let mut out = Vec::new();
-    let mut grown = false;
+    let mut grown = !lazy;
     for c in noted {
         let Ok(mut bytes) = u64::try_from(c.bytes) else { continue };
         if !grown && bytes >= LOCAL_MEMORY_GROWTH_MIN && bytes % CUBLAS_HANDLE >= 16 * MIB {
@@ -65,7 +67,9 @@ pub(crate) fn schedule<E>(
     // Host ranges carry the run's addresses (moved below); the driver's changes sizes only.
     let mut changes: Vec<(u64, Option<HostChange>, Option<AddressChange>)> =
         metadata.host_changes(device).into_iter().map(|f| (f.allocs, Some(f), None)).collect();
-    changes.extend(driver_changes(&metadata.driver_memory_changes(device)).into_iter().map(|(allocs, c)| (allocs, None, Some(c))));
+    let lazy = metadata.extra.get("capture").and_then(|c| c.get("env")).and_then(|e| e.get("CUDA_MODULE_LOADING")).and_then(|v| v.as_str())
+        != Some("EAGER");
+    changes.extend(driver_changes(&metadata.driver_memory_changes(device), lazy).into_iter().map(|(allocs, c)| (allocs, None, Some(c))));
     if changes.is_empty() || metadata.seeded {
         return Ok(Vec::new());
     }
@@ -120,7 +124,7 @@ mod tests {
         // gpt2_small_train's changes as the capture noted them on an H100 (research/driver-probes/s23/).
         let noted =
             |v: &[(u64, i64)]| v.iter().map(|&(allocs, m)| DriverMemoryChange { allocs, bytes: m * MIB as i64 }).collect::<Vec<_>>();
-        let got = driver_changes(&noted(&[(77, 2), (78, 90), (88, 66), (102, 2), (267, 64), (300, -2)]));
+        let got = driver_changes(&noted(&[(77, 2), (78, 90), (88, 66), (102, 2), (267, 64), (300, -2)]), true);
         let malloc = |m: u64| AddressChange::DriverMalloc { bytes: m * MIB };
         assert_eq!(
             got,
@@ -134,6 +138,9 @@ mod tests {
             ]
         );
         // Only the first large one grows it.
-        assert_eq!(driver_changes(&noted(&[(5, 100), (6, 100)]))[1..], [(6, malloc(64)), (6, malloc(36))]);
+        assert_eq!(driver_changes(&noted(&[(5, 100), (6, 100)]), true)[1..], [(6, malloc(64)), (6, malloc(36))]);
+        // Under eager module loading nothing grows: vit_b32_train's +36 MiB is an allocation.
+        assert_eq!(driver_changes(&noted(&[(170, 36)]), false), [(170, malloc(36))]);
+        assert_eq!(driver_changes(&noted(&[(170, 36)]), true), [(170, AddressChange::LocalMemoryGrows { bytes: 36 * MIB })]);
     }
 }
