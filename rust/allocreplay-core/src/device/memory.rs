@@ -126,8 +126,10 @@ impl super::deferred::AddressPlacer for AddressSpace {
             AddressChange::Host { start, end, freed: true } => self.add_host_free(start, end),
             AddressChange::Host { start, end, freed: false } => self.take_host(start, end),
             AddressChange::LocalMemoryGrows { bytes } => self.grow_local_memory(bytes),
+            // The driver's own allocations (module code, library handles) are placed as any
+            // `cudaMalloc` (docs/driver-address-space.md, "The driver's own allocations").
             AddressChange::DriverMalloc { bytes } => {
-                self.driver_malloc(bytes);
+                self.malloc(bytes);
             }
         }
     }
@@ -227,17 +229,6 @@ impl AddressSpace {
             self.owner.insert(s, (base, need));
             return Some(s);
         }
-        self.new_region(need)
-    }
-
-    /// An allocation of the driver's own: its module code and library handles (docs/driver-address-space.md,
-    /// "The driver's own allocations during the run").
-    pub fn driver_malloc(&mut self, size: u64) -> Option<u64> {
-        self.malloc(size)
-    }
-
-    /// Rule 3: a new region for `need` bytes (whole 2 MiB pages).
-    fn new_region(&mut self, need: u64) -> Option<u64> {
         // 3. A new region, top-down: the highest free range at least `need + 32 MiB` long.
         // The region is the allocation's 32 MiB blocks: it reaches the range's end in the
         // model's own (aligned) ranges; in a range the host freed, what lies above stays free
