@@ -175,8 +175,15 @@ fn under_eager_module_loading_the_driver_memory_is_placed_as_allocations_only() 
 fn captures_the_driver_memory_rule_was_not_fitted_on_stay_exact_without_addresses() {
     // Held out (the rule in engine/host_ranges.rs was fitted on gpt2_small_train, vit_b32_train
     // and mlp_train): exact with the driver's notes, as they were without.
-    for name in ["efficientnet_train", "llama_generate_b", "resnet18_train"] {
+    // bert_train, convnext_tiny_train and t5_small_generate were recorded after the rule was
+    // written.
+    for name in ["efficientnet_train", "llama_generate_b", "resnet18_train", "bert_train", "convnext_tiny_train", "t5_small_generate"] {
         let v = allocreplay_core::validate::pytorch::validate_pytorch_with(&h100(name, false), 0, true).unwrap();
         assert!(v.ok && v.segment_events_match, "{name}: {}", serde_json::to_string(&v).unwrap());
     }
+    // t5_small_generate needs the notes: without them the replay made one segment more (58
+    // segment events against the run's 57) and was +0.546% on peak reserved (its .json's
+    // memory_stats: 383,778,816).
+    let v = allocreplay_core::validate::pytorch::validate_pytorch_with(&h100("t5_small_generate", true), 0, true).unwrap();
+    assert!(!v.ok && !v.segment_events_match, "{}", serde_json::to_string(&v).unwrap());
 }
