@@ -129,3 +129,22 @@ def test_a_failing_read_stops_the_notes_and_says_why() -> None:
 
 def test_nothing_is_written_when_nothing_was_allocated() -> None:
     assert _driver_memory.DriverMemory(FakeTorch()).to_json() is None
+
+
+def test_the_recorder_installs_each_note_or_logs_why_not(capsys: pytest.CaptureFixture[str]) -> None:
+    from allocreplay.capture import _pytorch
+
+    class Module:
+        def _apply(self, fn: Any) -> Any:
+            return self
+
+    class Torch:
+        nn = type("nn", (), {"Module": Module})
+
+    original = Module._apply
+    rec = _pytorch.TorchRecorder.__new__(_pytorch.TorchRecorder)
+    rec.torch = Torch
+    host_va = rec._install("host ranges", "_hostva", "HostVA")
+    assert host_va is not None and Module._apply is not original  # wrapped by HostVA.install()
+    assert rec._install("the driver's memory", "_no_such_module", "DriverMemory") is None
+    assert "not noting the driver's memory: ModuleNotFoundError" in capsys.readouterr().err

@@ -10,6 +10,7 @@ choose their devices after importing torch).
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import sys
@@ -87,28 +88,25 @@ class TorchRecorder(FrameworkRecorder):
         initializes CUDA, is seen."""
         if not sys.platform.startswith("linux") or not hasattr(getattr(self.torch, "nn", None), "Module"):
             return
-        try:
-            from . import _hostva
-
-            self.host_va = _hostva.HostVA(self.torch)
-            self.host_va.install()
-        except Exception as e:  # never break the recorded program
-            self.host_va = None
-            log(f"pytorch: not noting host ranges: {type(e).__name__}: {e}")
+        self.host_va = self._install("host ranges", "_hostva", "HostVA")
 
     def _watch_driver_memory(self) -> None:
         """Note the device memory the driver takes for itself between allocations
         (``_driver_memory``), which shares the address space with the segments."""
         if not hasattr(getattr(self.torch, "_C", None), "_activate_gpu_trace"):
             return
-        try:
-            from . import _driver_memory
+        self.driver_memory = self._install("the driver's memory", "_driver_memory", "DriverMemory")
 
-            self.driver_memory = _driver_memory.DriverMemory(self.torch)
-            self.driver_memory.install()
-        except Exception as e:  # never break the recorded program
-            self.driver_memory = None
-            log(f"pytorch: not noting the driver's memory: {type(e).__name__}: {e}")
+    def _install(self, what: str, module: str, watcher: str) -> Any:
+        """``module.watcher(torch)``, installed; None (logged) when that fails: a note is never
+        worth breaking the recorded program."""
+        try:
+            made = getattr(importlib.import_module(f".{module}", __package__), watcher)(self.torch)
+            made.install()
+            return made
+        except Exception as e:
+            log(f"pytorch: not noting {what}: {type(e).__name__}: {e}")
+            return None
 
     def _watch_memory_fraction(self) -> None:
         """Remember what ``set_per_process_memory_fraction`` is given: the memory cap of the
