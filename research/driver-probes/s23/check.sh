@@ -7,7 +7,8 @@
 # the capture's hook), and lists the segments at the recorded relative address with and without.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/../../.." && pwd)
-w=$(mktemp -d); git -C "$repo" worktree add -q "$w/wt" HEAD; trap 'git -C "$repo" worktree remove --force "$w/wt"' EXIT
+w=$(mktemp -d); git -C "$repo" worktree add -q "$w/wt" 64f2fda;  # the commit it was written for (the patch predates the model of 0a15270)
+trap 'git -C "$repo" worktree remove --force "$w/wt"' EXIT
 git -C "$w/wt" apply "$here/lmem_and_driver_allocs.patch"
 (cd "$w/wt" && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$w/target} cargo build -q --release -p allocreplay-core --example address_agreement)
 bin=${CARGO_TARGET_DIR:-$w/target}/release/examples/address_agreement
