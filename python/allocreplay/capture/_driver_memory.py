@@ -40,7 +40,6 @@ class DriverMemory:
         # [index of the allocation it came before, bytes the driver took (negative: gave back)].
         self.changes: list[list[int]] = []
         self.error: str | None = None
-        self.active = False
         self._free_memory: Any = None
 
     def install(self) -> None:
@@ -50,7 +49,6 @@ class DriverMemory:
 
         _gpu_trace.register_callback_for_memory_allocation(self.on_alloc)
         self.torch._C._activate_gpu_trace()
-        self.active = True
 
     def on_alloc(self, _ptr: int) -> None:
         if self.error is not None:

@@ -51,12 +51,19 @@ fn driver_changes(noted: &[DriverMemoryChange], lazy: bool) -> Vec<(u64, Address
     out
 }
 
+/// What the capture noted: a host range in the run's coordinates, or the driver's change.
+#[derive(Clone, Copy)]
+enum Noted {
+    Host(HostChange),
+    Driver(AddressChange),
+}
+
 /// `(trace row, change)` in the model's coordinates, by row: the host ranges to add to
 /// (`freed`) or take from the modelled address space before each row is replayed (the address
 /// space uses only their part above its CUDA context: `AddressSpace::add_host_free`), and the
-/// driver's own memory ([`TraceMetadata::driver_memory_changes`], as [`driver_changes`] reads it). Empty when the
-/// trace has none, or when its history was cut (the alloc count of a seeded trace does not
-/// start at the run's start). `batches`: the trace's record batches in order, each with its
+/// driver's own memory ([`TraceMetadata::driver_memory_changes`], as [`driver_changes`] reads
+/// it). Empty when the trace has none, or when its history was cut (the alloc count of a seeded
+/// trace does not start at the run's start). `batches`: the trace's record batches in order, each with its
 /// first row's index (a trace held whole is one; a streamed file's are read until every change
 /// has its row).
 pub(crate) fn schedule<E>(
@@ -65,11 +72,10 @@ pub(crate) fn schedule<E>(
     batches: impl IntoIterator<Item = Result<(usize, RecordBatch), E>>,
 ) -> Result<Vec<(usize, AddressChange)>, E> {
     // Host ranges carry the run's addresses (moved below); the driver's changes sizes only.
-    let mut changes: Vec<(u64, Option<HostChange>, Option<AddressChange>)> =
-        metadata.host_changes(device).into_iter().map(|f| (f.allocs, Some(f), None)).collect();
-    let lazy = metadata.extra.get("capture").and_then(|c| c.get("env")).and_then(|e| e.get("CUDA_MODULE_LOADING")).and_then(|v| v.as_str())
-        != Some("EAGER");
-    changes.extend(driver_changes(&metadata.driver_memory_changes(device), lazy).into_iter().map(|(allocs, c)| (allocs, None, Some(c))));
+    let mut changes: Vec<(u64, Noted)> = metadata.host_changes(device).into_iter().map(|f| (f.allocs, Noted::Host(f))).collect();
+    let env = |key: &str| metadata.capture_of(device)?.get("env")?.get(key)?.as_str();
+    let lazy = env("CUDA_MODULE_LOADING") != Some("EAGER");
+    changes.extend(driver_changes(&metadata.driver_memory_changes(device), lazy).into_iter().map(|(allocs, c)| (allocs, Noted::Driver(c))));
     if changes.is_empty() || metadata.seeded {
         return Ok(Vec::new());
     }
@@ -96,14 +102,14 @@ pub(crate) fn schedule<E>(
             }
             let Some(shift) = shift else { return Ok(Vec::new()) };
             let moved = |a: u64| u64::try_from(i128::from(a) + shift).ok();
-            while let Some(&(_, host, driver)) = next.next_if(|f| f.0 <= allocs) {
-                if let Some(f) = host {
-                    if let (Some(start), Some(end)) = (moved(f.start), moved(f.end)) {
-                        out.push((base + j, AddressChange::Host { start, end, freed: f.freed }));
+            while let Some(&(_, noted)) = next.next_if(|f| f.0 <= allocs) {
+                match noted {
+                    Noted::Host(f) => {
+                        if let (Some(start), Some(end)) = (moved(f.start), moved(f.end)) {
+                            out.push((base + j, AddressChange::Host { start, end, freed: f.freed }));
+                        }
                     }
-                }
-                if let Some(change) = driver {
-                    out.push((base + j, change));
+                    Noted::Driver(change) => out.push((base + j, change)),
                 }
             }
             if next.peek().is_none() {

@@ -76,21 +76,21 @@ impl TraceMetadata {
     /// ([`DRIVER_MEMORY`]), in the order noted; none when the capture noted none (or recorded
     /// another device).
     pub fn driver_memory_changes(&self, device: i32) -> Vec<DriverMemoryChange> {
-        let Some(capture) = self.extra.get("capture") else { return Vec::new() };
-        if capture.get("device").and_then(serde_json::Value::as_i64).is_some_and(|d| d != i64::from(device)) {
-            return Vec::new();
-        }
-        capture.get(DRIVER_MEMORY).and_then(|v| parse_driver_memory(v).ok()).unwrap_or_default()
+        self.capture_of(device).and_then(|c| c.get(DRIVER_MEMORY)).and_then(|v| parse_driver_memory(v).ok()).unwrap_or_default()
     }
 
     /// The host ranges the capture of `device` saw change ([`HOST_VA`]), in the order noted;
     /// none when the capture recorded none (or recorded another device).
     pub fn host_changes(&self, device: i32) -> Vec<HostChange> {
-        let Some(capture) = self.extra.get("capture") else { return Vec::new() };
-        if capture.get("device").and_then(serde_json::Value::as_i64).is_some_and(|d| d != i64::from(device)) {
-            return Vec::new();
-        }
-        capture.get(HOST_VA).and_then(|v| parse_host_va(v).ok()).unwrap_or_default()
+        self.capture_of(device).and_then(|c| c.get(HOST_VA)).and_then(|v| parse_host_va(v).ok()).unwrap_or_default()
+    }
+
+    /// The capture's metadata (`extra.capture`, the capture `.json`) when it recorded `device`
+    /// (or does not say which device it recorded).
+    pub fn capture_of(&self, device: i32) -> Option<&serde_json::Value> {
+        let capture = self.extra.get("capture")?;
+        let other = capture.get("device").and_then(serde_json::Value::as_i64).is_some_and(|d| d != i64::from(device));
+        (!other).then_some(capture)
     }
 }
 
