@@ -100,6 +100,27 @@ def test_validate_no_addresses_readable_output():
     assert "modelled driver address space" in run.out and "recorded address" not in run.out
 
 
+def test_validate_no_addresses_says_which_capture_notes_it_applied():
+    # traces/h100/gpt2_small_train__default: recorded by the capture's hook on an H100 with the
+    # driver's own memory noted (research/driver-probes/s23/): +90 MiB before allocation 78 (the
+    # local memory growing at the first real kernel), then 2, 66, 2 and 64 MiB of the driver's.
+    path = TRACES / "h100" / "gpt2_small_train__default.pickle.xz"
+    noted = sidecar(path)["driver_memory"]["changes"]
+    run = run_subprocess("validate", path, "--no-addresses", "--json")
+    report = json.loads(run.out)
+    assert run.code == 0 and report["ok"] is True, run.out
+    host, driver = report["address_notes"]
+    assert host == f"host ranges: {len(sidecar(path)['host_va']['changes'])} changes noted"
+    assert driver.startswith(f"driver memory: {len(noted)} changes noted: the local memory grows by 90 MiB before allocation 78;")
+    # The text output shows them; a replay with the recorded addresses has none to show.
+    run = run_subprocess("validate", path, "--no-addresses")
+    assert run.out.count("capture notes") == 2 and "the local memory grows by 90 MiB" in run.out
+    assert allocreplay.validate(path)["address_notes"] == []
+    # A capture made before the notes says what is not modelled instead of staying silent.
+    old = run_subprocess("validate", TRACES / "two_streams__default.pickle.xz", "--no-addresses")
+    assert "driver memory: not noted" in old.out and "is not modelled" in old.out, old.out
+
+
 def test_capped_runs_replay_their_retries():
     # gpt2_train__default_capped.json: num_alloc_retries 3 under a 16,927,914,803-byte cap.
     path = next(p for p in shared_pytorch_pickles() if p.name.startswith("gpt2_train__default_capped"))

@@ -70,6 +70,7 @@ def _print_validation(r: ValidationReport | BfcValidationReport) -> None:
         rows.append(("limit", f"{'none' if limit is None else f'{limit:,} bytes'} — {CAPACITY_SOURCES.get(r.capacity_source, r.capacity_source)}"))
         if r.no_addresses:
             rows.append(("segment addresses", "modelled driver address space (--no-addresses)"))
+            rows.extend(("capture notes", n) for n in r.address_notes)
         else:
             rows.append(("allocations at the recorded address", f"{r.address_match:.4%} of {r.allocs:,}"))
         rows.append(

@@ -43,6 +43,7 @@ typed_result!(
         settings_assumed: Option<String>,
         seeded: bool,
         assumed: Vec<String>,
+        address_notes: Vec<String>,
         ok: bool,
     }
 );

@@ -51,6 +51,73 @@ fn driver_changes(noted: &[DriverMemoryChange], lazy: bool) -> Vec<(u64, Address
     out
 }
 
+/// What the capture of `device` noted that a replay on the modelled address space uses (the
+/// host ranges and the driver's own memory), one sentence each, as `validate --no-addresses`
+/// reports it: which notes were applied, and which were not there to apply (a snapshot not
+/// recorded by `allocreplay capture`, or recorded before it noted the driver's memory: what the
+/// driver took during the run is then not modelled, and can move later segments).
+pub fn address_notes(metadata: &TraceMetadata, device: i32) -> Vec<String> {
+    const WHY: &str = "docs/driver-address-space.md";
+    let Some(capture) = metadata.capture_of(device) else {
+        return vec![format!(
+            "none: the trace was not recorded by `allocreplay capture`, so the host ranges the driver places segments in and the memory it takes for itself during the run are not modelled ({WHY})"
+        )];
+    };
+    let reported = |v: &serde_json::Value| match v.get("error").and_then(serde_json::Value::as_str) {
+        Some(e) => format!("; the capture reported: {e}"),
+        None => String::new(),
+    };
+    let unused = if metadata.seeded {
+        " (not applied: the history was cut, so its allocation indices do not count from the run's start)"
+    } else {
+        ""
+    };
+    let mut out = Vec::new();
+    match capture.get(crate::trace::HOST_VA).map(|v| (v, crate::trace::parse_host_va(v))) {
+        None => out.push(format!("host ranges: not noted (a capture made before the note, or not by `allocreplay capture`): the host process's mappings are assumed fixed ({WHY})")),
+        Some((v, Err(e))) => out.push(format!("host ranges: unreadable ({e}), not used{}", reported(v))),
+        Some((v, Ok(c))) => out.push(format!("host ranges: {} noted{}{unused}", counted(c.len()), reported(v))),
+    }
+    let lazy = capture.get("env").and_then(|e| e.get("CUDA_MODULE_LOADING")).and_then(serde_json::Value::as_str) != Some("EAGER");
+    match capture.get(crate::trace::DRIVER_MEMORY).map(|v| (v, crate::trace::parse_driver_memory(v))) {
+        None => out.push(format!(
+            "driver memory: not noted (a capture made before the note, or not by `allocreplay capture`): the memory the driver takes for itself during the run (its local memory growing, library handles, module code) is not modelled, and can move later segments ({WHY})"
+        )),
+        Some((v, Err(e))) => out.push(format!("driver memory: unreadable ({e}), not used{}", reported(v))),
+        Some((v, Ok(c))) => {
+            let changes = driver_changes(&c, lazy);
+            let mut parts = Vec::new();
+            for (allocs, change) in &changes {
+                if let AddressChange::LocalMemoryGrows { bytes } = change {
+                    parts.push(format!("the local memory grows by {} before allocation {allocs}", mib(*bytes)));
+                }
+            }
+            let mallocs: Vec<u64> = changes.iter().filter_map(|(_, c)| if let AddressChange::DriverMalloc { bytes } = c { Some(*bytes) } else { None }).collect();
+            if !mallocs.is_empty() {
+                parts.push(format!("{} allocations of the driver's ({} in all) placed as cudaMallocs", mallocs.len(), mib(mallocs.iter().sum())));
+            }
+            if !lazy {
+                parts.push("no growth under CUDA_MODULE_LOADING=EAGER".into());
+            }
+            let what = if parts.is_empty() { String::new() } else { format!(": {}", parts.join("; ")) };
+            out.push(format!("driver memory: {} noted{what}{}{unused}", counted(c.len()), reported(v)));
+        }
+    }
+    out
+}
+
+fn counted(n: usize) -> String {
+    format!("{n} change{}", if n == 1 { "" } else { "s" })
+}
+
+fn mib(bytes: u64) -> String {
+    if bytes % MIB == 0 {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{:.2} MiB", bytes as f64 / MIB as f64)
+    }
+}
+
 /// What the capture noted: a host range in the run's coordinates, or the driver's change.
 #[derive(Clone, Copy)]
 enum Noted {
@@ -148,5 +215,39 @@ mod tests {
         // Under eager module loading nothing grows: vit_b32_train's +36 MiB is an allocation.
         assert_eq!(driver_changes(&noted(&[(170, 36)]), false), [(170, malloc(36))]);
         assert_eq!(driver_changes(&noted(&[(170, 36)]), true), [(170, AddressChange::LocalMemoryGrows { bytes: 36 * MIB })]);
+    }
+
+    fn with_capture(capture: serde_json::Value, seeded: bool) -> TraceMetadata {
+        let mut m = TraceMetadata { seeded, ..TraceMetadata::default() };
+        m.extra.insert("capture".into(), capture);
+        m
+    }
+
+    #[test]
+    fn the_notes_applied_are_named_and_missing_ones_said() {
+        let mib = MIB as i64;
+        // No capture metadata at all (a snapshot dumped by hand).
+        let none = address_notes(&TraceMetadata::default(), 0);
+        assert_eq!(none.len(), 1);
+        assert!(none[0].contains("not recorded by `allocreplay capture`"), "{none:?}");
+        // A capture from before the notes: both said to be missing.
+        let old = address_notes(&with_capture(serde_json::json!({"device": 0}), false), 0);
+        assert!(old[0].starts_with("host ranges: not noted") && old[1].starts_with("driver memory: not noted"), "{old:?}");
+        // gpt2_small_train's notes: the growth and the driver's allocations counted.
+        let capture = serde_json::json!({"device": 0, "host_va": {"changes": [[1, 0, 4096, 1]], "error": null},
+            "driver_memory": {"changes": [[77, 2 * mib], [78, 90 * mib], [88, 66 * mib], [102, 2 * mib], [267, 64 * mib]], "error": null}});
+        let notes = address_notes(&with_capture(capture.clone(), false), 0);
+        assert_eq!(notes[0], "host ranges: 1 change noted");
+        assert_eq!(
+            notes[1],
+            "driver memory: 5 changes noted: the local memory grows by 90 MiB before allocation 78; 5 allocations of the driver's (134 MiB in all) placed as cudaMallocs"
+        );
+        // Another device's capture says nothing of this one; a cut history does not apply them.
+        assert!(address_notes(&with_capture(capture.clone(), false), 1)[0].starts_with("none"));
+        assert!(address_notes(&with_capture(capture, true), 0).iter().all(|n| n.contains("not applied: the history was cut")));
+        // Unreadable notes are named as such.
+        let bad =
+            address_notes(&with_capture(serde_json::json!({"driver_memory": {"changes": [[1]]}, "host_va": {"changes": 3}}), false), 0);
+        assert!(bad[0].starts_with("host ranges: unreadable") && bad[1].starts_with("driver memory: unreadable"), "{bad:?}");
     }
 }

@@ -56,6 +56,10 @@ pub struct PytorchValidation {
     /// What the recording could not determine and the replay assumed
     /// (`trace::info::assumptions`), one sentence each.
     pub assumed: Vec<String>,
+    /// `no_addresses`: what the capture noted for the modelled address space (host ranges, the
+    /// driver's own memory) and whether it was applied, one sentence each
+    /// (`engine::host_ranges::address_notes`); empty otherwise.
+    pub address_notes: Vec<String>,
     pub ok: bool,
 }
 
@@ -182,6 +186,7 @@ pub fn validate_pytorch_with(trace: &Trace, device: i32, no_addresses: bool) -> 
         no_addresses,
         settings_assumed: trace.metadata.extra.get(crate::trace::SETTINGS_ASSUMED).and_then(|v| v.as_str()).map(str::to_string),
         assumed: info.assumed.clone(),
+        address_notes: if no_addresses { crate::engine::host_ranges::address_notes(&trace.metadata, device) } else { Vec::new() },
         seeded,
         ok,
     })
