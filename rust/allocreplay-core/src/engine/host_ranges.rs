@@ -111,7 +111,7 @@ fn counted(n: usize) -> String {
 }
 
 fn mib(bytes: u64) -> String {
-    if bytes % MIB == 0 {
+    if bytes.is_multiple_of(MIB) {
         format!("{} MiB", bytes / MIB)
     } else {
         format!("{:.2} MiB", bytes as f64 / MIB as f64)
