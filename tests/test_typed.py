@@ -72,6 +72,7 @@ PYTORCH_VALIDATE_KEYS = {
     "settings_assumed",
     "seeded",
     "assumed",
+    "address_notes",
     "ok",
 }
 BFC_VALIDATE_KEYS = {
