@@ -59,6 +59,11 @@ fn driver_changes(noted: &[DriverMemoryChange], lazy: bool) -> Vec<(u64, Address
 pub fn address_notes(metadata: &TraceMetadata, device: i32) -> Vec<String> {
     const WHY: &str = "docs/driver-address-space.md";
     let Some(capture) = metadata.capture_of(device) else {
+        if let Some(other) = metadata.extra.get("capture").and_then(|c| c.get("device")).and_then(serde_json::Value::as_i64) {
+            return vec![format!(
+                "none for device {device}: the capture noted the host ranges and the driver's memory of device {other} only, so what the driver did on this one is not modelled ({WHY})"
+            )];
+        }
         return vec![format!(
             "none: the trace was not recorded by `allocreplay capture`, so the host ranges the driver places segments in and the memory it takes for itself during the run are not modelled ({WHY})"
         )];
@@ -243,7 +248,7 @@ mod tests {
             "driver memory: 5 changes noted: the local memory grows by 90 MiB before allocation 78; 5 allocations of the driver's (134 MiB in all) placed as cudaMallocs"
         );
         // Another device's capture says nothing of this one; a cut history does not apply them.
-        assert!(address_notes(&with_capture(capture.clone(), false), 1)[0].starts_with("none"));
+        assert!(address_notes(&with_capture(capture.clone(), false), 1)[0].starts_with("none for device 1: the capture noted"));
         assert!(address_notes(&with_capture(capture, true), 0).iter().all(|n| n.contains("not applied: the history was cut")));
         // Unreadable notes are named as such.
         let bad =

@@ -13,7 +13,7 @@ use crate::device::{DeviceEvent, DeviceMemory, Stats};
 use crate::policy::{FromPolicy, OutOfMemory, Placement, Policy, Request, SegmentInfo};
 use crate::trace::{Action, Columns, Trace};
 
-pub mod host_ranges;
+pub(crate) mod host_ranges;
 
 #[derive(Debug, Clone, Default)]
 pub struct ReplayOptions {
