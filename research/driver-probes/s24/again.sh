@@ -4,7 +4,7 @@
 # tell run-to-run variation of the driver's placements from a miss of the model.
 cd "$(dirname "$0")/../../.."
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-C=research/driver-probes/s24/cap.sh
+C=research/driver-probes/s23/cap.sh; export CAPS_TAR=1
 bash $C emptycache_lm_2=research/driver-probes/midrun.py:emptycache,/tmp/midrun_out \
         densenet121_train_2=scripts/nogpu_heldout.py:densenet121_train,6 \
         emptycache_lm_3=research/driver-probes/midrun.py:emptycache,/tmp/midrun_out \

@@ -4,7 +4,7 @@
 # (same scripts, seeds, arguments). Held out for the driver-memory rule (fitted on the H100).
 cd "$(dirname "$0")/../../.."
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-C=research/driver-probes/s24/cap.sh
+C=research/driver-probes/s23/cap.sh; export CAPS_TAR=1
 bash $C vit_b32_train=research/band/band_workloads.py:vit_b32_train \
         gpt2_small_train=research/band/band_workloads.py:gpt2_small_train \
         t5_generate=research/driver-probes/s24/w_run.py:t5_generate,6 \
