@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 
-POLICIES = ["pytorch", "pytorch:expandable_segments:True", "bfc", "cuda-malloc", "cuda-async", "offline"]
+# `CORE_SIDE_BY_SIDE_POLICIES="offline;bfc"`: only those.
+POLICIES = os.environ.get("CORE_SIDE_BY_SIDE_POLICIES", "pytorch;pytorch:expandable_segments:True;bfc;cuda-malloc;cuda-async;offline").split(";")
 
 
 def child(so, path):

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use allocreplay_core::import::{load, ImportOptions};
-use allocreplay_core::offline::heap::{plan_with, Strategy};
+use allocreplay_core::offline::heap::{plan_with, plan_with_sides, Strategy};
 use allocreplay_core::offline::{default_alignment, plan_trace, trace_intervals};
 use allocreplay_core::trace::{EventRow, FrameTable, TraceBuilder, TraceMetadata};
 use allocreplay_core::Action;
@@ -42,6 +42,19 @@ fn main() {
             p.offsets.hash(&mut h);
             p.heap_size.hash(&mut h);
             println!("{strategy:?}: {:.3}s alone, heap {}, placements hash {:016x}", t.elapsed().as_secs_f64(), p.heap_size, h.finish());
+            // The same order cut in time and placed by one thread per side: the same plan.
+            for sides in [2, 4, 8] {
+                let t = Instant::now();
+                let Some(p) = plan_with_sides(&intervals, default_alignment(&trace.metadata.source) as i64, strategy, sides) else {
+                    println!("  {sides} sides: not split");
+                    continue;
+                };
+                let s = t.elapsed().as_secs_f64();
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                p.offsets.hash(&mut h);
+                p.heap_size.hash(&mut h);
+                println!("  {sides} sides: {s:.3}s, heap {}, placements hash {:016x}", p.heap_size, h.finish());
+            }
         }
         return;
     }

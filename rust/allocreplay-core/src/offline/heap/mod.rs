@@ -19,7 +19,9 @@
 //! and some live long (a generate run), chunks that every query of a window keeps are held as
 //! their union (a few runs instead of hundreds of chunks), and the blocks a long query reads
 //! come from a segment tree of unions. kSpatial and kTemporal run on two threads when there
-//! are cores for them. No allocation per placement beyond reused scratch vectors and the
+//! are cores for them, and on a large trace each order is cut in time where few intervals are
+//! live and its parts placed on threads of their own, the intervals crossing a cut placed where
+//! the threads meet (`planner::split`: the same placements as one thread). No allocation per placement beyond reused scratch vectors and the
 //! unions' runs.
 //!
 //! [`Layout`]: layout::Layout
@@ -31,7 +33,7 @@ mod layout;
 mod planner;
 mod query;
 
-pub use planner::{plan, plan_heap_size, plan_with};
+pub use planner::{plan, plan_heap_size, plan_with, plan_with_sides};
 
 use crate::huge_pages;
 

@@ -9,7 +9,7 @@ use super::{BufferInterval, HeapPlan, Strategy, CANCEL_EVERY, MAX_HEAP};
 use crate::cores::joined;
 use crate::huge_pages;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{mpsc, OnceLock};
+use std::sync::{mpsc, Mutex, OnceLock};
 
 /// `ChooseBestHeapAlgorithm` over kSpatial and kTemporal, as
 /// `BufferAssigner::AssignBuffersWithSequentialOrdering`'s `get_heap_algorithm` builds it:
@@ -38,6 +38,15 @@ pub fn plan_heap_size(intervals: &[BufferInterval], alignment: i64, max_live_byt
 }
 
 fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_live_bytes: Option<i64>) -> HeapPlan {
+    let cores = std::thread::available_parallelism().map_or(1, |p| p.get());
+    if cores > 1 && intervals.len() >= split::SPLIT_FROM {
+        // Each order cut in time into sides placed on threads of their own; both orders at
+        // once where there are cores for both, one after the other on two or three.
+        let sides = if cores >= 4 { cores / 2 } else { cores }.min(split::MAX_SIDES);
+        if let Some(split) = Split::new(intervals, alignment, sides) {
+            return choose_best_split(&split, alignment, offsets, max_live_bytes, cores >= 2 * sides);
+        }
+    }
     let parallel = intervals.len() >= PARALLEL_FROM && std::thread::available_parallelism().is_ok_and(|p| p.get() > 1);
     let (spatial, temporal) = if parallel {
         // The second thread sorts kSpatial's keys, hands them over and sorts kTemporal's while
@@ -112,6 +121,74 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
     } else {
         spatial
     }
+}
+
+/// [`choose_best`] on a [`Split`]: each order placed by one thread per side, both orders at
+/// once when `concurrent` (each stops once it can no longer win, as on two threads), else
+/// kSpatial first and kTemporal up to its heap (after the live bytes' bound, as on one core).
+fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_bytes: Option<i64>, concurrent: bool) -> HeapPlan {
+    let token = crate::cancel::current();
+    let token = token.as_ref();
+    // Each side's overlap structure, laid out on its own thread.
+    let planners: Vec<Planner> = std::thread::scope(|scope| {
+        let handles: Vec<_> = split.sides[1..]
+            .iter()
+            .map(|side| scope.spawn(move || crate::cancel::within(token, || Planner::new(&side.iv, alignment))))
+            .collect();
+        let first = Planner::new(&split.sides[0].iv, alignment);
+        std::iter::once(first).chain(handles.into_iter().map(joined)).collect()
+    });
+    let planners = &planners[..];
+    let (spatial, temporal) = if concurrent {
+        let (spatial_stop, temporal_stop) = (AtomicI64::new(i64::MAX), AtomicI64::new(i64::MAX));
+        let (spatial, temporal) = std::thread::scope(|scope| {
+            let (own_stop, other_stop) = (&temporal_stop, &spatial_stop);
+            let temporal = scope.spawn(move || {
+                crate::cancel::within(token, || {
+                    let plan = split.run_below(planners, Strategy::Temporal, offsets, own_stop);
+                    if let Some(p) = &plan {
+                        // kSpatial loses only with a larger heap.
+                        other_stop.store(p.heap_size.saturating_add(1), Ordering::Relaxed);
+                    }
+                    plan
+                })
+            });
+            let spatial = split.run_below(planners, Strategy::Spatial, offsets, &spatial_stop);
+            if let Some(p) = &spatial {
+                temporal_stop.store(p.heap_size, Ordering::Relaxed);
+            }
+            (spatial, joined(temporal))
+        });
+        match (spatial, temporal) {
+            (Some(spatial), Some(temporal)) => (spatial, temporal),
+            (Some(plan), None) | (None, Some(plan)) => return plan,
+            (None, None) => unreachable!("an order stops only once the other finished"),
+        }
+    } else {
+        let spatial = split.run_below(planners, Strategy::Spatial, offsets, &AtomicI64::new(i64::MAX)).expect("no heap reaches i64::MAX");
+        // A split has no colocations: the live bytes bound every heap.
+        if max_live_bytes.is_some_and(|bound| spatial.heap_size <= bound) {
+            return spatial;
+        }
+        match split.run_below(planners, Strategy::Temporal, offsets, &AtomicI64::new(spatial.heap_size)) {
+            Some(temporal) => (spatial, temporal),
+            None => return spatial,
+        }
+    };
+    if temporal.heap_size < spatial.heap_size {
+        temporal
+    } else {
+        spatial
+    }
+}
+
+/// [`plan_with`] with the order cut into `sides` placed on threads of their own (`None` where
+/// [`Split::new`] declines); for the tests and benchmarks that hold it to [`plan_with`].
+#[doc(hidden)]
+pub fn plan_with_sides(intervals: &[BufferInterval], alignment: i64, strategy: Strategy, sides: usize) -> Option<HeapPlan> {
+    let split = Split::new(intervals, alignment, sides)?;
+    let planners: Vec<Planner> = split.sides.iter().map(|side| Planner::new(&side.iv, alignment)).collect();
+    split.run_below(&planners, strategy, true, &AtomicI64::new(i64::MAX))
 }
 
 /// Intervals from which [`plan`] runs its two orders on two threads (below, a thread costs
@@ -234,11 +311,11 @@ impl<'a> Planner<'a> {
     /// The plan of placing in `order`, or `None` once the heap reaches `stop_at`.
     fn run_in_below(&self, order: Order, offsets: bool, stop_at: &AtomicI64) -> Option<HeapPlan> {
         if self.layout.compact_slots() {
-            if let Ok(plan) = self.place::<Compact>(&order, offsets, stop_at) {
+            if let Ok(plan) = self.place::<Compact>(&order, offsets, stop_at, None) {
                 return plan;
             }
         }
-        self.place::<Wide>(&order, offsets, stop_at).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
+        self.place::<Wide>(&order, offsets, stop_at, None).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
     }
 
     /// `GetSortedBufferIntervals` + `buffer_interval_compare_`: what each placement reads of its
@@ -291,7 +368,16 @@ impl<'a> Planner<'a> {
     /// Places the intervals in `order` with list entries of type `C`; `offsets`: whether to
     /// keep each one's offset and chunk size (colocations need them anyway). `Ok(None)`: the
     /// heap reached `stop_at` (placing stopped there).
-    fn place<C: Chunk>(&self, order: &Order, offsets: bool, stop_at: &AtomicI64) -> Result<Option<HeapPlan>, DoesNotFit> {
+    ///
+    /// `sync`: the [`split::Sync`] of a split order and this planner's side in it (its
+    /// intervals those of the side): crossing intervals are placed with the other sides.
+    fn place<C: Chunk>(
+        &self,
+        order: &Order,
+        offsets: bool,
+        stop_at: &AtomicI64,
+        sync: Option<(&split::Sync<'_, '_, C>, usize)>,
+    ) -> Result<Option<HeapPlan>, DoesNotFit> {
         let at = &self.layout.at[..];
         let n = if offsets || !self.colo.is_empty() { self.iv.len() } else { 0 };
         if crate::cancel::requested() {
@@ -300,7 +386,16 @@ impl<'a> Planner<'a> {
             // token once the plan returns).
             return Ok(Some(HeapPlan { strategy: order.strategy(), heap_size: 0, offsets: vec![0; n], chunk_sizes: vec![0; n] }));
         }
-        let mut placed = Placed::<C>::new(&self.layout);
+        let own;
+        let cell = match sync {
+            Some((sync, side)) => sync.placed(side),
+            None => {
+                own = Mutex::new(Placed::<C>::new(&self.layout));
+                &own
+            }
+        };
+        // Held throughout but while a crossing interval is placed with the other sides.
+        let mut guard = Some(cell.lock().unwrap_or_else(|e| e.into_inner()));
         let mut scratch = Scratch::default();
         let (mut offsets, mut chunk_sizes) = (huge_pages::filled(n, 0i64), huge_pages::filled(n, 0i64));
         // Only colocations can be placed twice (intervals not built by `HeapBuilder`).
@@ -311,9 +406,16 @@ impl<'a> Planner<'a> {
             // Cancelled (`crate::cancel`): the plan so far, which the callers drop (they check
             // the token once the plan returns). Looked at often: a placement can take
             // milliseconds (the first, largest intervals of kSpatial overlap most others).
-            if t % CANCEL_EVERY == 0 && t > 0 && crate::cancel::requested() {
-                break;
+            if t % CANCEL_EVERY == 0 && t > 0 {
+                if crate::cancel::requested() {
+                    break;
+                }
+                if sync.is_some_and(|(sync, _)| sync.aborted()) {
+                    // Another side stopped.
+                    return Ok(None);
+                }
             }
+            let placed = guard.as_deref_mut().expect("the structure is held between placements");
             // In placement order the intervals are read at random: their slots are asked for
             // well ahead.
             if t + 2 * AHEAD < len {
@@ -322,13 +424,13 @@ impl<'a> Planner<'a> {
             // The lists the next placement reads, on their way into the cache while this one
             // runs (most of the time goes to waiting for them otherwise).
             if t + 1 < len {
-                self.layout.prefetch(&placed, at[order.interval(t + 1)]);
+                self.layout.prefetch(placed, at[order.interval(t + 1)]);
             }
             // Further ahead, what finding those lists reads: the placements jump in time, so
             // each one's list bounds and union headers are elsewhere in memory.
             if t + AHEAD < len {
                 let later = order.interval(t + AHEAD);
-                self.layout.prefetch_heads(&placed, at[later]);
+                self.layout.prefetch_heads(placed, at[later]);
                 if n > 0 {
                     prefetch(std::slice::from_ref(&offsets[later]));
                     prefetch(std::slice::from_ref(&chunk_sizes[later]));
@@ -337,7 +439,14 @@ impl<'a> Planner<'a> {
             let job = &order.job(t, at);
             let i = job.i as usize;
             let max_colocation_size = job.max_colocation_size;
-            let offset = self.find_chunk_candidate(&mut placed, &mut scratch, job);
+            let offset = match sync.and_then(|(sync, side)| Some((sync, side, sync.crossing(side, i)?))) {
+                Some((sync, side, c)) => match sync.place_crossing(side, c, job.size, &mut guard, &mut scratch) {
+                    Ok(offset) => offset,
+                    Err(split::Aborted) => return Ok(None),
+                },
+                None => self.find_chunk_candidate(placed, &mut scratch, job),
+            };
+            let placed = guard.as_deref_mut().expect("the structure is held between placements");
             // CommitChunkAndInterval: the chunk of the largest colocation, for all of them.
             heap_size = heap_size.max(offset + max_colocation_size);
             if heap_size >= stop_at.load(Ordering::Relaxed) {
@@ -355,7 +464,7 @@ impl<'a> Planner<'a> {
                     if done[c] {
                         // Placed again: the new chunk replaces the old one, as in upstream's
                         // tree node.
-                        self.layout.remove(&mut placed, c, offsets[c], offsets[c].saturating_add(chunk_sizes[c]));
+                        self.layout.remove(placed, c, offsets[c], offsets[c].saturating_add(chunk_sizes[c]));
                     }
                     done[c] = true;
                 }
@@ -364,7 +473,7 @@ impl<'a> Planner<'a> {
                     chunk_sizes[c] = max_colocation_size;
                 }
                 let a = if c == i { job.at } else { self.layout.at[c] };
-                self.layout.add(&mut placed, a, offset, max_colocation_size)?;
+                self.layout.add(placed, a, offset, max_colocation_size)?;
             }
         }
         Ok(Some(HeapPlan { strategy: order.strategy(), heap_size, offsets, chunk_sizes }))
@@ -486,5 +595,7 @@ struct Job {
     colocated: bool,
 }
 
+mod split;
+use split::Split;
 #[cfg(test)]
 mod tests;

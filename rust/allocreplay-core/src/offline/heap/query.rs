@@ -203,6 +203,30 @@ impl Layout {
         }
     }
 
+    /// The placed chunks `(offset, end)` overlapping the interval at `a` in time, appended to
+    /// `out` in no set order: with unions, what [`Self::best_fit`] walks (the window list's
+    /// chunks kept, its runs, the tree's unions and the last blocks' chunks kept), else
+    /// [`Self::overlapping`]'s.
+    pub(super) fn gather<C: Chunk>(&self, placed: &mut Placed<C>, a: SlotInfo, out: &mut Vec<(i64, i64)>) {
+        if !self.unions {
+            self.overlapping(placed, a, &mut |o, e| out.push((o, e)));
+            return;
+        }
+        let (k, hi, lo, blocks, upto) = self.query(a);
+        let whole = self.whole_blocks(&blocks, upto);
+        self.tree_nodes(whole.clone(), |v| self.refresh(placed, v));
+        self.refresh_window(placed, k);
+        let placed = &*placed;
+        let s = self.shift;
+        out.extend(self.list(placed, k).iter().filter(|e| e.rel_slot() < hi && e.rel_upto() > lo).map(|e| (e.offset(s), e.end(s))));
+        out.extend_from_slice(placed.pool.get(placed.window_runs[k]));
+        self.tree_nodes(whole.clone(), |v| out.extend_from_slice(placed.pool.get(placed.unions[v])));
+        for b in whole.end..blocks.end {
+            let (list, hi) = self.block_list(placed, b, upto);
+            out.extend(list.iter().filter(|e| e.rel_slot() < hi).map(|e| (e.offset(s), e.end(s))));
+        }
+    }
+
     /// [`Self::overlapping`] by offset, into `walk`; the offset it picks.
     #[inline]
     pub(super) fn best_fit<C: Chunk>(&self, placed: &mut Placed<C>, a: SlotInfo, mut walk: FreeChunkWalk, scratch: &mut Scratch) -> i64 {
@@ -215,7 +239,7 @@ impl Layout {
         let placed = &*placed;
         let s = self.shift;
         let list = self.list(placed, k);
-        let Scratch { buf, tmp, bounds, next_bounds } = scratch;
+        let Scratch { buf, tmp, bounds, next_bounds, .. } = scratch;
         // The runs live through the window: its own and (few, long-lived) its group's, as one
         // union.
         let runs = if self.unions { placed.pool.get(placed.window_runs[k]) } else { &[][..] };
@@ -304,6 +328,9 @@ pub(super) struct Scratch {
     /// Where each sorted run of `buf` starts (and the last ends).
     bounds: Vec<usize>,
     next_bounds: Vec<usize>,
+    /// The chunks a crossing interval's query gathers from the sides it touches
+    /// (`planner::split`).
+    pub(super) gathered: Vec<(i64, i64)>,
 }
 
 /// Appends the chunks of `list` that `keep` keeps to `buf` as one run.

@@ -415,3 +415,82 @@ fn placements_match_the_upstream_algorithm_on_random_intervals() {
         }
     }
 }
+
+/// Random intervals as a trace makes them (keys rising with the index): `live` buffers live
+/// at a time, each freed at random; every `long_every`-th one lives to the end (weights).
+fn trace_like(seed: u64, n: u32, live: usize, long_every: u32) -> HeapBuilder {
+    let mut rng = crate::test_rng::XorShift64::new(seed);
+    let mut b = HeapBuilder::default();
+    let mut open: Vec<(u32, i64)> = Vec::new();
+    for h in 0..n {
+        let x = rng.next_u64();
+        let size = if x.is_multiple_of(7) { 1 + (x >> 8) as i64 % 9000 } else { 64 * (1 + (x >> 16) as i64 % 64) };
+        b.alloc(h, h as u64, size);
+        if h % long_every != 0 {
+            open.push((h, size));
+        }
+        while open.len() > live || (!open.is_empty() && rng.below(3) == 0) {
+            let (f, fs) = open.swap_remove(rng.below(open.len() as u64) as usize);
+            b.free(f, fs);
+        }
+    }
+    b.free_all_open();
+    b
+}
+
+#[test]
+fn an_order_cut_in_time_gives_the_plan_of_one_thread() {
+    // Short lives (the tree of unions) and long ones (plain lists), few and many crossing the
+    // cuts, aligned and not, every number of sides up to more than there are cores.
+    let mut split = std::collections::BTreeMap::<usize, usize>::new();
+    for round in 0..24u64 {
+        let n = 200 + (round as u32 * 397) % 3000;
+        let live = [2, 4, 16, 96][round as usize % 4];
+        let b = trace_like(0x51ED_0000 + round, n, live, [50, 400, 5000][round as usize % 3]);
+        for alignment in [1, 64] {
+            for strategy in [Strategy::Spatial, Strategy::Temporal] {
+                let want = plan_with(&b.intervals, alignment, strategy);
+                for sides in 2..=5 {
+                    if let Some(got) = plan_with_sides(&b.intervals, alignment, strategy, sides) {
+                        *split.entry(sides).or_default() += 1;
+                        assert_eq!(
+                            (got.heap_size, &got.offsets, &got.chunk_sizes),
+                            (want.heap_size, &want.offsets, &want.chunk_sizes),
+                            "round {round} n {n} live {live} {strategy:?} a {alignment} sides {sides}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Most inputs were split (a few cross their cuts too often).
+    assert!((2..=5).all(|sides| split.get(&sides).is_some_and(|&k| k >= 32)), "splits per number of sides: {split:?}");
+}
+
+#[test]
+fn both_orders_cut_in_time_choose_what_one_thread_chooses() {
+    for (seed, live, long_every) in [(1u64, 4usize, 300u32), (2, 3, 1000), (3, 24, 200)] {
+        let b = trace_like(seed, 40_000, live, long_every);
+        let (s, t) = (plan_with(&b.intervals, 256, Strategy::Spatial), plan_with(&b.intervals, 256, Strategy::Temporal));
+        let want = if t.heap_size < s.heap_size { t } else { s };
+        let split = Split::new(&b.intervals, 256, 3).expect("split");
+        for concurrent in [false, true] {
+            for (offsets, bound) in [(true, None), (false, Some(b.max_live_bytes()))] {
+                let got = choose_best_split(&split, 256, offsets, bound, concurrent);
+                assert_eq!((got.strategy, got.heap_size), (want.strategy, want.heap_size), "seed {seed} concurrent {concurrent}");
+                if offsets {
+                    assert_eq!(got.offsets, want.offsets);
+                }
+            }
+        }
+        // A limit below the heap stops it (the sides' threads all end).
+        assert!(split
+            .run_below(
+                &split.sides.iter().map(|x| Planner::new(&x.iv, 256)).collect::<Vec<_>>(),
+                Strategy::Spatial,
+                false,
+                &AtomicI64::new(want.heap_size / 2)
+            )
+            .is_none());
+    }
+}

@@ -1,0 +1,344 @@
+//! One order placed on several threads: the intervals cut in time where few are live
+//! ([`Split`]), each part ("side") placed by a thread of its own, and the few intervals that
+//! cross a cut placed where every side they touch has come to them ([`Sync::place_crossing`]).
+//! The plan is the one [`Planner::run`] makes on one thread, placement for placement.
+//!
+//! Why it is the same plan. `GlobalDecreasingSizeBestFitHeap` places interval i where the free
+//! chunks between the placed intervals overlapping i in time put it (`MakeFreeChunksList`): only
+//! intervals before i in the order that overlap it matter. An interval that starts and ends
+//! within one side overlaps only intervals that touch that side: placed by that side's thread in
+//! the same order (a side places the intervals that touch it in the global order, restricted),
+//! it sees the same placed intervals as on one thread. An interval that crosses a cut waits
+//! until every side it touches has placed everything before it in the order; then its
+//! overlapping placed intervals are those of the sides it touches (any two intervals that
+//! overlap share a time, which lies in one side both touch), read from each and walked as one
+//! list. The free chunks a walk finds are the gaps of the used chunks' union, so a chunk read
+//! from two sides counts once.
+//!
+//! A real trace crosses its cuts with a few hundred intervals (a generate run: the weights and
+//! caches) against hundreds of thousands placed: the threads wait for each other a few hundred
+//! times.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use super::super::chunk::Chunk;
+use super::super::free_chunks::{walk_two, FreeChunkWalk};
+use super::super::layout::Placed;
+use super::super::query::Scratch;
+use super::super::{BufferInterval, HeapPlan, Strategy, MAX_HEAP};
+use super::{packed_order, Order, Planner};
+use crate::cores::joined;
+
+/// Intervals from which an order is split (below, the threads cost more than they save).
+pub(super) const SPLIT_FROM: usize = 65_536;
+/// Sides an order is cut into at most.
+pub(super) const MAX_SIDES: usize = 4;
+/// A split is given up where more than one interval in this many crosses a cut (each is a
+/// wait of the sides it touches).
+const CROSSING_AT_MOST_ONE_IN: usize = 64;
+
+const NONE: u32 = u32::MAX;
+
+/// The intervals cut in time into sides, and those that cross a cut.
+pub(super) struct Split {
+    pub(super) sides: Vec<Side>,
+    /// Per crossing interval: the first and last side it touches.
+    crossing: Vec<(u32, u32)>,
+    /// Crossing interval c's index in each side it touches:
+    /// `crossing_at[crossing_start[c]..crossing_start[c + 1]]`, first side first.
+    crossing_start: Vec<u32>,
+    crossing_at: Vec<u32>,
+}
+
+/// The intervals that touch one side (start before its end, end at or after its start), in
+/// the order of the whole.
+pub(super) struct Side {
+    pub(super) iv: Vec<BufferInterval>,
+    /// Each one's index in the whole.
+    of: Vec<u32>,
+    /// Each one's crossing index, or `NONE` for one within the side.
+    crossing: Vec<u32>,
+}
+
+impl Split {
+    /// The intervals cut into `sides` parts of about as many intervals each, each cut at the
+    /// time where fewest are live within a quarter side of where it would fall; `None` where
+    /// the plan would not gain from it: too few intervals, too many crossing, or intervals the
+    /// packed order does not cover ([`packed_order`]: colocations, keys that do not rise, sizes
+    /// below 1), or an alignment that is not a power of two.
+    pub(super) fn new(iv: &[BufferInterval], alignment: i64, sides: usize) -> Option<Split> {
+        let n = iv.len();
+        if sides < 2 || n < SPLIT_FROM.min(sides * 64) || alignment < 1 || alignment & (alignment - 1) != 0 || n > u32::MAX as usize / 2 {
+            return None;
+        }
+        let mut last_key = None;
+        let mut t_end = 0i64;
+        for x in iv {
+            if !x.need_allocation
+                || !x.colocations.is_empty()
+                || x.size < 1
+                || x.start < 0
+                || x.end < x.start
+                || last_key.is_some_and(|k| k >= x.key)
+            {
+                return None;
+            }
+            u32::try_from(x.end - x.start).ok()?;
+            last_key = Some(x.key);
+            t_end = t_end.max(x.end);
+        }
+        let times = usize::try_from(t_end).ok()?.checked_add(2)?;
+        if times > 4 * n + 16 {
+            return None;
+        }
+        // crossing[c]: the intervals with start < c <= end (those a cut at c separates).
+        let mut crossing = vec![0i32; times + 1];
+        for x in iv {
+            crossing[x.start as usize + 1] += 1;
+            crossing[x.end as usize + 1] -= 1;
+        }
+        let mut live = 0;
+        for c in crossing.iter_mut() {
+            live += *c;
+            *c = live;
+        }
+        let mut starts: Vec<i64> = iv.iter().map(|x| x.start).collect();
+        starts.sort_unstable();
+        let mut cuts: Vec<i64> = Vec::with_capacity(sides - 1);
+        for k in 1..sides {
+            let (at, reach) = (k * n / sides, n / (4 * sides));
+            let (lo, hi) = (starts[at - reach.min(at)], starts[(at + reach).min(n - 1)]);
+            let lo = lo.max(cuts.last().map_or(1, |&c| c + 1));
+            if lo > hi {
+                return None;
+            }
+            let target = starts[at];
+            // The fewest crossing; of those, the nearest to where the cut would fall.
+            let best = (lo..=hi).min_by_key(|&c| (crossing[c as usize], (c - target).abs()))?;
+            cuts.push(best);
+        }
+        let side_of = |t: i64| cuts.partition_point(|&c| c <= t) as u32;
+        let mut out: Vec<Side> =
+            (0..sides).map(|_| Side { iv: Vec::with_capacity(n / sides + 64), of: Vec::new(), crossing: Vec::new() }).collect();
+        let mut split = Split { sides: Vec::new(), crossing: Vec::new(), crossing_start: vec![0], crossing_at: Vec::new() };
+        for (i, x) in iv.iter().enumerate() {
+            let (first, last) = (side_of(x.start), side_of(x.end));
+            let c = if first == last {
+                NONE
+            } else {
+                split.crossing.push((first, last));
+                if split.crossing.len() > n / CROSSING_AT_MOST_ONE_IN {
+                    return None;
+                }
+                (split.crossing.len() - 1) as u32
+            };
+            for s in first..=last {
+                let side = &mut out[s as usize];
+                if c != NONE {
+                    split.crossing_at.push(side.iv.len() as u32);
+                }
+                side.iv.push(x.clone());
+                side.of.push(i as u32);
+                side.crossing.push(c);
+            }
+            if c != NONE {
+                split.crossing_start.push(split.crossing_at.len() as u32);
+            }
+        }
+        split.sides = out;
+        Some(split)
+    }
+
+    /// Places `strategy`'s order with one thread per side (this one the first side's), each
+    /// side's overlap structure laid out by `planners[side]`; the plan [`Planner::run_below`]
+    /// makes, or `None` once the heap reaches `stop_at`.
+    pub(super) fn run_below(&self, planners: &[Planner], strategy: Strategy, offsets: bool, stop_at: &AtomicI64) -> Option<HeapPlan> {
+        if planners.iter().all(|p| p.layout.compact_slots()) {
+            if let Ok(plan) = self.place::<super::super::chunk::Compact>(planners, strategy, offsets, stop_at) {
+                return plan;
+            }
+        }
+        self.place::<super::super::chunk::Wide>(planners, strategy, offsets, stop_at)
+            .unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
+    }
+
+    fn place<C: Chunk>(
+        &self,
+        planners: &[Planner],
+        strategy: Strategy,
+        offsets: bool,
+        stop_at: &AtomicI64,
+    ) -> Result<Option<HeapPlan>, super::super::layout::DoesNotFit> {
+        let sync = Sync::<C> {
+            split: self,
+            planners,
+            placed: (0..self.sides.len()).map(|_| OnceLock::new()).collect(),
+            arrived: (0..self.crossing.len()).map(|_| AtomicU32::new(0)).collect(),
+            offset: (0..self.crossing.len()).map(|_| AtomicI64::new(UNSET)).collect(),
+            abort: AtomicBool::new(false),
+        };
+        let token = crate::cancel::current();
+        let token = token.as_ref();
+        let side = |s: usize| {
+            crate::cancel::within(token, || {
+                let mut done = AbortUnlessDone { abort: &sync.abort, done: false };
+                let keys = packed_order(&self.sides[s].iv, strategy).expect("a split's sides take the packed order");
+                let plan = planners[s].place::<C>(&Order::Packed { keys, strategy }, offsets, stop_at, Some((&sync, s)));
+                done.done = matches!(&plan, Ok(Some(p)) if p.heap_size <= MAX_HEAP) && !crate::cancel::requested();
+                plan
+            })
+        };
+        let plans: Vec<_> = std::thread::scope(|scope| {
+            let others: Vec<_> = (1..self.sides.len()).map(|s| scope.spawn(move || side(s))).collect();
+            let first = side(0);
+            std::iter::once(first).chain(others.into_iter().map(joined)).collect()
+        });
+        let n: usize = if offsets { self.sides.iter().flat_map(|s| s.of.last()).map(|&i| i as usize + 1).max().unwrap_or(0) } else { 0 };
+        if crate::cancel::requested() {
+            // Cancelled: a plan of the right shape, which the callers drop.
+            return Ok(Some(HeapPlan { strategy, heap_size: 0, offsets: vec![0; n], chunk_sizes: vec![0; n] }));
+        }
+        let mut finished = Vec::with_capacity(plans.len());
+        let mut stopped = false;
+        for plan in plans {
+            match plan? {
+                // Beyond `MAX_HEAP`: the callers refuse it.
+                Some(p) if p.heap_size > MAX_HEAP => return Ok(Some(p)),
+                Some(p) => finished.push(p),
+                None => stopped = true,
+            }
+        }
+        if stopped {
+            return Ok(None);
+        }
+        let heap_size = finished.iter().map(|p| p.heap_size).max().unwrap_or(0);
+        let (mut all_offsets, mut chunk_sizes) = (crate::huge_pages::filled(n, 0i64), crate::huge_pages::filled(n, 0i64));
+        if offsets {
+            for (side, p) in self.sides.iter().zip(&finished) {
+                for (sub, &i) in side.of.iter().enumerate() {
+                    all_offsets[i as usize] = p.offsets[sub];
+                    chunk_sizes[i as usize] = p.chunk_sizes[sub];
+                }
+            }
+        }
+        Ok(Some(HeapPlan { strategy, heap_size, offsets: all_offsets, chunk_sizes }))
+    }
+}
+
+/// A crossing interval's offset before it is placed.
+const UNSET: i64 = i64::MIN;
+
+/// The sides' threads' meeting points: each side's overlap structure, and per crossing
+/// interval how many of the sides it touches have come to it and the offset it was given.
+pub(super) struct Sync<'s, 'p, C> {
+    split: &'s Split,
+    planners: &'s [Planner<'p>],
+    placed: Vec<OnceLock<Mutex<Placed<C>>>>,
+    arrived: Vec<AtomicU32>,
+    offset: Vec<AtomicI64>,
+    /// Set when a side stopped before the end (its heap reached the limit, a chunk did not
+    /// fit, the call was cancelled, a panic): the others stop at their next look.
+    abort: AtomicBool,
+}
+
+/// Another side stopped: this one stops too.
+pub(super) struct Aborted;
+
+/// Sets `abort` when dropped before `done` (a side that returns early, or panics).
+struct AbortUnlessDone<'a> {
+    abort: &'a AtomicBool,
+    done: bool,
+}
+
+impl Drop for AbortUnlessDone<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.abort.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Locks a side's structure (a lock poisoned by a panicking side: the abort flag stops the
+/// rest, and the scope carries the panic on).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<C: Chunk> Sync<'_, '_, C> {
+    /// Side `side`'s overlap structure, made on first use (by its own thread, before it
+    /// places anything).
+    pub(super) fn placed(&self, side: usize) -> &Mutex<Placed<C>> {
+        self.placed[side].get_or_init(|| Mutex::new(Placed::new(&self.planners[side].layout)))
+    }
+
+    /// The crossing index of side `side`'s interval `i` (`None`: within the side).
+    #[inline]
+    pub(super) fn crossing(&self, side: usize, i: usize) -> Option<usize> {
+        let c = self.split.sides[side].crossing[i];
+        (c != NONE).then_some(c as usize)
+    }
+
+    #[inline]
+    pub(super) fn aborted(&self) -> bool {
+        self.abort.load(Ordering::Relaxed)
+    }
+
+    fn wait<T>(&self, ready: impl Fn() -> Option<T>) -> Result<T, Aborted> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(x) = ready() {
+                return Ok(x);
+            }
+            if self.abort.load(Ordering::Acquire) {
+                return Err(Aborted);
+            }
+            if spins < 256 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Crossing interval `c` of `size` bytes, come to by side `side` (holding its structure
+    /// in `guard`): its offset. The first side it touches waits for the others, reads the
+    /// placed intervals overlapping it from each (their threads wait meanwhile, their
+    /// structures unlocked) and gives it the offset of the walk over them all; the others
+    /// unlock theirs, wait for that offset and lock them again.
+    pub(super) fn place_crossing<'g>(
+        &'g self,
+        side: usize,
+        c: usize,
+        size: i64,
+        guard: &mut Option<MutexGuard<'g, Placed<C>>>,
+        scratch: &mut Scratch,
+    ) -> Result<i64, Aborted> {
+        let (first, last) = self.split.crossing[c];
+        if side != first as usize {
+            drop(guard.take());
+            self.arrived[c].fetch_add(1, Ordering::Release);
+            let offset = self.wait(|| Some(self.offset[c].load(Ordering::Acquire)).filter(|&o| o != UNSET))?;
+            *guard = Some(lock(self.placed(side)));
+            return Ok(offset);
+        }
+        self.wait(|| (self.arrived[c].load(Ordering::Acquire) == last - first).then_some(()))?;
+        let at = &self.split.crossing_at[self.split.crossing_start[c] as usize..self.split.crossing_start[c + 1] as usize];
+        let mut used = std::mem::take(&mut scratch.gathered);
+        used.clear();
+        for (s, &i) in (first as usize..=last as usize).zip(at) {
+            let layout = &self.planners[s].layout;
+            if s == side {
+                layout.gather(guard.as_deref_mut().expect("a side holds its structure while it places"), layout.at[i as usize], &mut used);
+            } else {
+                layout.gather(&mut lock(self.placed(s)), layout.at[i as usize], &mut used);
+            }
+        }
+        used.sort_unstable();
+        let offset = walk_two(FreeChunkWalk::new(size, size, self.planners[side].alignment), &used, &[]);
+        scratch.gathered = used;
+        self.offset[c].store(offset, Ordering::Release);
+        Ok(offset)
+    }
+}
