@@ -32,8 +32,10 @@ use crate::cores::joined;
 
 /// Intervals from which an order is split (below, the threads cost more than they save).
 pub(super) const SPLIT_FROM: usize = 65_536;
-/// Sides an order is cut into at most.
-pub(super) const MAX_SIDES: usize = 4;
+/// Sides an order is cut into at most (half the cores: both orders run at once). On the GPU
+/// host (16 cores), 8 sides gave offline 10.3-14.1 M events/s on four generate and serving
+/// recordings against 8.2-9.7 with 4 and 4.8-5.2 unsplit (benches/RESULTS.md, session 25).
+pub(super) const MAX_SIDES: usize = 8;
 /// A split is given up where more than one interval in this many crosses a cut (each is a
 /// wait of the sides it touches).
 const CROSSING_AT_MOST_ONE_IN: usize = 64;
@@ -104,7 +106,10 @@ impl Split {
             *c = live;
         }
         let mut starts: Vec<i64> = iv.iter().map(|x| x.start).collect();
-        starts.sort_unstable();
+        // A trace's intervals come by start (`HeapBuilder` numbers them as they begin).
+        if !starts.is_sorted() {
+            starts.sort_unstable();
+        }
         let mut cuts: Vec<i64> = Vec::with_capacity(sides - 1);
         for k in 1..sides {
             let (at, reach) = (k * n / sides, n / (4 * sides));
