@@ -145,7 +145,7 @@ fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_byte
             let (own_stop, other_stop) = (&temporal_stop, &spatial_stop);
             let temporal = scope.spawn(move || {
                 crate::cancel::within(token, || {
-                    let plan = split.run_below(planners, Strategy::Temporal, offsets, own_stop);
+                    let plan = split_run_below(split, planners, Strategy::Temporal, offsets, own_stop);
                     if let Some(p) = &plan {
                         // kSpatial loses only with a larger heap.
                         other_stop.store(p.heap_size.saturating_add(1), Ordering::Relaxed);
@@ -153,7 +153,7 @@ fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_byte
                     plan
                 })
             });
-            let spatial = split.run_below(planners, Strategy::Spatial, offsets, &spatial_stop);
+            let spatial = split_run_below(split, planners, Strategy::Spatial, offsets, &spatial_stop);
             if let Some(p) = &spatial {
                 temporal_stop.store(p.heap_size, Ordering::Relaxed);
             }
@@ -165,12 +165,13 @@ fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_byte
             (None, None) => unreachable!("an order stops only once the other finished"),
         }
     } else {
-        let spatial = split.run_below(planners, Strategy::Spatial, offsets, &AtomicI64::new(i64::MAX)).expect("no heap reaches i64::MAX");
+        let spatial =
+            split_run_below(split, planners, Strategy::Spatial, offsets, &AtomicI64::new(i64::MAX)).expect("no heap reaches i64::MAX");
         // A split has no colocations: the live bytes bound every heap.
         if max_live_bytes.is_some_and(|bound| spatial.heap_size <= bound) {
             return spatial;
         }
-        match split.run_below(planners, Strategy::Temporal, offsets, &AtomicI64::new(spatial.heap_size)) {
+        match split_run_below(split, planners, Strategy::Temporal, offsets, &AtomicI64::new(spatial.heap_size)) {
             Some(temporal) => (spatial, temporal),
             None => return spatial,
         }
@@ -182,13 +183,82 @@ fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_byte
     }
 }
 
+/// Places `strategy`'s order with one thread per side (this one the first side's), each
+/// side's overlap structure laid out by `planners[side]`; the plan [`Planner::run_below`]
+/// makes, or `None` once the heap reaches `stop_at`.
+fn split_run_below(split: &Split, planners: &[Planner], strategy: Strategy, offsets: bool, stop_at: &AtomicI64) -> Option<HeapPlan> {
+    if planners.iter().all(|p| p.layout.compact_slots()) {
+        if let Ok(plan) = split_place::<Compact>(split, planners, strategy, offsets, stop_at) {
+            return plan;
+        }
+    }
+    split_place::<Wide>(split, planners, strategy, offsets, stop_at).unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
+}
+
+/// [`split_run_below`] with list entries of type `C`.
+fn split_place<C: Chunk>(
+    split: &Split,
+    planners: &[Planner],
+    strategy: Strategy,
+    offsets: bool,
+    stop_at: &AtomicI64,
+) -> Result<Option<HeapPlan>, DoesNotFit> {
+    let alignment = planners.first().map_or(1, |p| p.alignment);
+    let sync = Meetings::<C>::new(split, planners.iter().map(|p| &p.layout).collect(), alignment);
+    let token = crate::cancel::current();
+    let token = token.as_ref();
+    let side = |s: usize| {
+        crate::cancel::within(token, || {
+            let mut done = sync.abort_unless_done();
+            let keys = packed_order(&split.sides[s].iv, strategy).expect("a split's sides take the packed order");
+            let plan = planners[s].place::<C>(&Order::Packed { keys, strategy }, offsets, stop_at, Some((&sync, s)));
+            done.done = matches!(&plan, Ok(Some(p)) if p.heap_size <= MAX_HEAP) && !crate::cancel::requested();
+            plan
+        })
+    };
+    let plans: Vec<_> = std::thread::scope(|scope| {
+        let others: Vec<_> = (1..split.sides.len()).map(|s| scope.spawn(move || side(s))).collect();
+        let first = side(0);
+        std::iter::once(first).chain(others.into_iter().map(joined)).collect()
+    });
+    let n: usize = if offsets { split.sides.iter().flat_map(|s| s.of.last()).map(|&i| i as usize + 1).max().unwrap_or(0) } else { 0 };
+    if crate::cancel::requested() {
+        // Cancelled: a plan of the right shape, which the callers drop.
+        return Ok(Some(HeapPlan { strategy, heap_size: 0, offsets: vec![0; n], chunk_sizes: vec![0; n] }));
+    }
+    let mut finished = Vec::with_capacity(plans.len());
+    let mut stopped = false;
+    for plan in plans {
+        match plan? {
+            // Beyond `MAX_HEAP`: the callers refuse it.
+            Some(p) if p.heap_size > MAX_HEAP => return Ok(Some(p)),
+            Some(p) => finished.push(p),
+            None => stopped = true,
+        }
+    }
+    if stopped {
+        return Ok(None);
+    }
+    let heap_size = finished.iter().map(|p| p.heap_size).max().unwrap_or(0);
+    let (mut all_offsets, mut chunk_sizes) = (crate::huge_pages::filled(n, 0i64), crate::huge_pages::filled(n, 0i64));
+    if offsets {
+        for (side, p) in split.sides.iter().zip(&finished) {
+            for (sub, &i) in side.of.iter().enumerate() {
+                all_offsets[i as usize] = p.offsets[sub];
+                chunk_sizes[i as usize] = p.chunk_sizes[sub];
+            }
+        }
+    }
+    Ok(Some(HeapPlan { strategy, heap_size, offsets: all_offsets, chunk_sizes }))
+}
+
 /// [`plan_with`] with the order cut into `sides` placed on threads of their own (`None` where
 /// [`Split::new`] declines); for the tests and benchmarks that hold it to [`plan_with`].
 #[doc(hidden)]
 pub fn plan_with_sides(intervals: &[BufferInterval], alignment: i64, strategy: Strategy, sides: usize) -> Option<HeapPlan> {
     let split = Split::new(intervals, alignment, sides)?;
     let planners: Vec<Planner> = split.sides.iter().map(|side| Planner::new(&side.iv, alignment)).collect();
-    split.run_below(&planners, strategy, true, &AtomicI64::new(i64::MAX))
+    split_run_below(&split, &planners, strategy, true, &AtomicI64::new(i64::MAX))
 }
 
 /// Intervals from which [`plan`] runs its two orders on two threads (below, a thread costs
@@ -369,14 +439,14 @@ impl<'a> Planner<'a> {
     /// keep each one's offset and chunk size (colocations need them anyway). `Ok(None)`: the
     /// heap reached `stop_at` (placing stopped there).
     ///
-    /// `sync`: the [`split::Sync`] of a split order and this planner's side in it (its
+    /// `sync`: the [`Meetings`] of a split order and this planner's side in it (its
     /// intervals those of the side): crossing intervals are placed with the other sides.
     fn place<C: Chunk>(
         &self,
         order: &Order,
         offsets: bool,
         stop_at: &AtomicI64,
-        sync: Option<(&split::Sync<'_, '_, C>, usize)>,
+        sync: Option<(&Meetings<'_, C>, usize)>,
     ) -> Result<Option<HeapPlan>, DoesNotFit> {
         let at = &self.layout.at[..];
         let n = if offsets || !self.colo.is_empty() { self.iv.len() } else { 0 };
@@ -596,6 +666,6 @@ struct Job {
 }
 
 mod split;
-use split::Split;
+use split::{Meetings, Split};
 #[cfg(test)]
 mod tests;

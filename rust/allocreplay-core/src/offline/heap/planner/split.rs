@@ -1,7 +1,8 @@
 //! One order placed on several threads: the intervals cut in time where few are live
-//! ([`Split`]), each part ("side") placed by a thread of its own, and the few intervals that
-//! cross a cut placed where every side they touch has come to them ([`Sync::place_crossing`]).
-//! The plan is the one [`Planner::run`] makes on one thread, placement for placement.
+//! ([`Split`]), each part ("side") placed by a thread of its own (`Planner::place` with a
+//! [`Meetings`]; the threads are started by `planner::split_run_below`), and the few intervals that
+//! cross a cut placed where every side they touch has come to them ([`Meetings::place_crossing`]).
+//! The plan is the one `Planner::run` makes on one thread, placement for placement.
 //!
 //! Why it is the same plan. `GlobalDecreasingSizeBestFitHeap` places interval i where the free
 //! chunks between the placed intervals overlapping i in time put it (`MakeFreeChunksList`): only
@@ -24,11 +25,9 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use super::super::chunk::Chunk;
 use super::super::free_chunks::{walk_two, FreeChunkWalk};
-use super::super::layout::Placed;
+use super::super::layout::{Layout, Placed};
 use super::super::query::Scratch;
-use super::super::{BufferInterval, HeapPlan, Strategy, MAX_HEAP};
-use super::{packed_order, Order, Planner};
-use crate::cores::joined;
+use super::super::BufferInterval;
 
 /// Intervals from which an order is split (below, the threads cost more than they save).
 pub(super) const SPLIT_FROM: usize = 65_536;
@@ -58,7 +57,7 @@ pub(super) struct Split {
 pub(super) struct Side {
     pub(super) iv: Vec<BufferInterval>,
     /// Each one's index in the whole.
-    of: Vec<u32>,
+    pub(super) of: Vec<u32>,
     /// Each one's crossing index, or `NONE` for one within the side.
     crossing: Vec<u32>,
 }
@@ -67,7 +66,7 @@ impl Split {
     /// The intervals cut into `sides` parts of about as many intervals each, each cut at the
     /// time where fewest are live within a quarter side of where it would fall; `None` where
     /// the plan would not gain from it: too few intervals, too many crossing, or intervals the
-    /// packed order does not cover ([`packed_order`]: colocations, keys that do not rise, sizes
+    /// packed order does not cover (`packed_order`: colocations, keys that do not rise, sizes
     /// below 1), or an alignment that is not a power of two.
     pub(super) fn new(iv: &[BufferInterval], alignment: i64, sides: usize) -> Option<Split> {
         let n = iv.len();
@@ -154,81 +153,6 @@ impl Split {
         split.sides = out;
         Some(split)
     }
-
-    /// Places `strategy`'s order with one thread per side (this one the first side's), each
-    /// side's overlap structure laid out by `planners[side]`; the plan [`Planner::run_below`]
-    /// makes, or `None` once the heap reaches `stop_at`.
-    pub(super) fn run_below(&self, planners: &[Planner], strategy: Strategy, offsets: bool, stop_at: &AtomicI64) -> Option<HeapPlan> {
-        if planners.iter().all(|p| p.layout.compact_slots()) {
-            if let Ok(plan) = self.place::<super::super::chunk::Compact>(planners, strategy, offsets, stop_at) {
-                return plan;
-            }
-        }
-        self.place::<super::super::chunk::Wide>(planners, strategy, offsets, stop_at)
-            .unwrap_or_else(|_| unreachable!("every chunk fits a wide entry"))
-    }
-
-    fn place<C: Chunk>(
-        &self,
-        planners: &[Planner],
-        strategy: Strategy,
-        offsets: bool,
-        stop_at: &AtomicI64,
-    ) -> Result<Option<HeapPlan>, super::super::layout::DoesNotFit> {
-        let sync = Sync::<C> {
-            split: self,
-            planners,
-            placed: (0..self.sides.len()).map(|_| OnceLock::new()).collect(),
-            arrived: (0..self.crossing.len()).map(|_| AtomicU32::new(0)).collect(),
-            offset: (0..self.crossing.len()).map(|_| AtomicI64::new(UNSET)).collect(),
-            abort: AtomicBool::new(false),
-        };
-        let token = crate::cancel::current();
-        let token = token.as_ref();
-        let side = |s: usize| {
-            crate::cancel::within(token, || {
-                let mut done = AbortUnlessDone { abort: &sync.abort, done: false };
-                let keys = packed_order(&self.sides[s].iv, strategy).expect("a split's sides take the packed order");
-                let plan = planners[s].place::<C>(&Order::Packed { keys, strategy }, offsets, stop_at, Some((&sync, s)));
-                done.done = matches!(&plan, Ok(Some(p)) if p.heap_size <= MAX_HEAP) && !crate::cancel::requested();
-                plan
-            })
-        };
-        let plans: Vec<_> = std::thread::scope(|scope| {
-            let others: Vec<_> = (1..self.sides.len()).map(|s| scope.spawn(move || side(s))).collect();
-            let first = side(0);
-            std::iter::once(first).chain(others.into_iter().map(joined)).collect()
-        });
-        let n: usize = if offsets { self.sides.iter().flat_map(|s| s.of.last()).map(|&i| i as usize + 1).max().unwrap_or(0) } else { 0 };
-        if crate::cancel::requested() {
-            // Cancelled: a plan of the right shape, which the callers drop.
-            return Ok(Some(HeapPlan { strategy, heap_size: 0, offsets: vec![0; n], chunk_sizes: vec![0; n] }));
-        }
-        let mut finished = Vec::with_capacity(plans.len());
-        let mut stopped = false;
-        for plan in plans {
-            match plan? {
-                // Beyond `MAX_HEAP`: the callers refuse it.
-                Some(p) if p.heap_size > MAX_HEAP => return Ok(Some(p)),
-                Some(p) => finished.push(p),
-                None => stopped = true,
-            }
-        }
-        if stopped {
-            return Ok(None);
-        }
-        let heap_size = finished.iter().map(|p| p.heap_size).max().unwrap_or(0);
-        let (mut all_offsets, mut chunk_sizes) = (crate::huge_pages::filled(n, 0i64), crate::huge_pages::filled(n, 0i64));
-        if offsets {
-            for (side, p) in self.sides.iter().zip(&finished) {
-                for (sub, &i) in side.of.iter().enumerate() {
-                    all_offsets[i as usize] = p.offsets[sub];
-                    chunk_sizes[i as usize] = p.chunk_sizes[sub];
-                }
-            }
-        }
-        Ok(Some(HeapPlan { strategy, heap_size, offsets: all_offsets, chunk_sizes }))
-    }
 }
 
 /// A crossing interval's offset before it is placed.
@@ -236,9 +160,11 @@ const UNSET: i64 = i64::MIN;
 
 /// The sides' threads' meeting points: each side's overlap structure, and per crossing
 /// interval how many of the sides it touches have come to it and the offset it was given.
-pub(super) struct Sync<'s, 'p, C> {
+pub(super) struct Meetings<'s, C> {
     split: &'s Split,
-    planners: &'s [Planner<'p>],
+    /// Each side's layout, and the alignment of every placement.
+    layouts: Vec<&'s Layout>,
+    alignment: i64,
     placed: Vec<OnceLock<Mutex<Placed<C>>>>,
     arrived: Vec<AtomicU32>,
     offset: Vec<AtomicI64>,
@@ -251,9 +177,9 @@ pub(super) struct Sync<'s, 'p, C> {
 pub(super) struct Aborted;
 
 /// Sets `abort` when dropped before `done` (a side that returns early, or panics).
-struct AbortUnlessDone<'a> {
+pub(super) struct AbortUnlessDone<'a> {
     abort: &'a AtomicBool,
-    done: bool,
+    pub(super) done: bool,
 }
 
 impl Drop for AbortUnlessDone<'_> {
@@ -270,11 +196,30 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl<C: Chunk> Sync<'_, '_, C> {
+impl<'s, C: Chunk> Meetings<'s, C> {
+    /// The meeting points of one order placed on `split`, each side's structure laid out by
+    /// `layouts[side]`.
+    pub(super) fn new(split: &'s Split, layouts: Vec<&'s Layout>, alignment: i64) -> Self {
+        Meetings {
+            split,
+            layouts,
+            alignment,
+            placed: (0..split.sides.len()).map(|_| OnceLock::new()).collect(),
+            arrived: (0..split.crossing.len()).map(|_| AtomicU32::new(0)).collect(),
+            offset: (0..split.crossing.len()).map(|_| AtomicI64::new(UNSET)).collect(),
+            abort: AtomicBool::new(false),
+        }
+    }
+
+    /// A guard that stops the other sides unless its `done` is set before it is dropped.
+    pub(super) fn abort_unless_done(&self) -> AbortUnlessDone<'_> {
+        AbortUnlessDone { abort: &self.abort, done: false }
+    }
+
     /// Side `side`'s overlap structure, made on first use (by its own thread, before it
     /// places anything).
     pub(super) fn placed(&self, side: usize) -> &Mutex<Placed<C>> {
-        self.placed[side].get_or_init(|| Mutex::new(Placed::new(&self.planners[side].layout)))
+        self.placed[side].get_or_init(|| Mutex::new(Placed::new(self.layouts[side])))
     }
 
     /// The crossing index of side `side`'s interval `i` (`None`: within the side).
@@ -333,7 +278,7 @@ impl<C: Chunk> Sync<'_, '_, C> {
         let mut used = std::mem::take(&mut scratch.gathered);
         used.clear();
         for (s, &i) in (first as usize..=last as usize).zip(at) {
-            let layout = &self.planners[s].layout;
+            let layout = self.layouts[s];
             if s == side {
                 layout.gather(guard.as_deref_mut().expect("a side holds its structure while it places"), layout.at[i as usize], &mut used);
             } else {
@@ -341,7 +286,7 @@ impl<C: Chunk> Sync<'_, '_, C> {
             }
         }
         used.sort_unstable();
-        let offset = walk_two(FreeChunkWalk::new(size, size, self.planners[side].alignment), &used, &[]);
+        let offset = walk_two(FreeChunkWalk::new(size, size, self.alignment), &used, &[]);
         scratch.gathered = used;
         self.offset[c].store(offset, Ordering::Release);
         Ok(offset)

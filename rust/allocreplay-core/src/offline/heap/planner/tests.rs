@@ -484,13 +484,7 @@ fn both_orders_cut_in_time_choose_what_one_thread_chooses() {
             }
         }
         // A limit below the heap stops it (the sides' threads all end).
-        assert!(split
-            .run_below(
-                &split.sides.iter().map(|x| Planner::new(&x.iv, 256)).collect::<Vec<_>>(),
-                Strategy::Spatial,
-                false,
-                &AtomicI64::new(want.heap_size / 2)
-            )
-            .is_none());
+        let planners: Vec<Planner> = split.sides.iter().map(|x| Planner::new(&x.iv, 256)).collect();
+        assert!(split_run_below(&split, &planners, Strategy::Spatial, false, &AtomicI64::new(want.heap_size / 2)).is_none());
     }
 }
