@@ -488,3 +488,24 @@ fn both_orders_cut_in_time_choose_what_one_thread_chooses() {
         assert!(split_run_below(&split, &planners, Strategy::Spatial, false, &AtomicI64::new(want.heap_size / 2)).is_none());
     }
 }
+
+#[test]
+fn a_split_plan_cancelled_midway_returns() {
+    // Every side stops at its next look at the token (or at a crossing interval, through the
+    // abort flag), so none waits for another forever. Cancelled before the start, and 1 and 20
+    // ms in: mid-plan or after it, as fast as the build is; either way
+    // the call returns.
+    let b = trace_like(7, 60_000, 4, 300);
+    let split = Split::new(&b.intervals, 256, 3).expect("split");
+    for after_ms in [0u64, 1, 20] {
+        let token = crate::cancel::Cancel::new();
+        let canceller = token.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(after_ms));
+            canceller.cancel();
+        });
+        token.run(|| choose_best_split(&split, 256, true, None, true));
+        t.join().unwrap();
+        assert!(token.is_cancelled());
+    }
+}
