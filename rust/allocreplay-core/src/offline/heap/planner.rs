@@ -47,75 +47,94 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
             return choose_best_split(&split, alignment, offsets, max_live_bytes, true);
         }
     }
-    let parallel = intervals.len() >= PARALLEL_FROM && std::thread::available_parallelism().is_ok_and(|p| p.get() > 1);
-    let (spatial, temporal) = if parallel {
+    if intervals.len() >= PARALLEL_FROM && cores > 1 {
         // The second thread sorts kSpatial's keys, hands them over and sorts kTemporal's while
         // this one lays out the overlap structure; then kTemporal places there and kSpatial
-        // (which takes longer) here. Both threads run under the caller's cancellation token
-        // (`crate::cancel`).
-        let token = crate::cancel::current();
-        let token = token.as_ref();
+        // (which takes longer) here.
         let built: OnceLock<Planner> = OnceLock::new();
-        // Each order gives up once its heap can no longer win against the other's finished
-        // one (kTemporal wins only with a smaller heap, kSpatial ties too): the plan chosen is
-        // the same, but the loser, which would be dropped, stops where it has lost. Whichever
-        // order stops, the other finished (an order publishes its bound only once done).
-        let (spatial_stop, temporal_stop) = (AtomicI64::new(i64::MAX), AtomicI64::new(i64::MAX));
-        let (spatial, temporal) = std::thread::scope(|s| {
-            let (keys_tx, keys_rx) = mpsc::sync_channel(1);
-            let (planner_tx, planner_rx) = mpsc::sync_channel::<&Planner>(1);
-            let (own_stop, other_stop) = (&temporal_stop, &spatial_stop);
-            let temporal = s.spawn(move || {
-                crate::cancel::within(token, || {
-                    // A send fails only when this thread's partner is gone (panicked): the
-                    // scope carries its panic on.
-                    keys_tx.send(packed_order(intervals, Strategy::Spatial)).ok()?;
-                    let keys = packed_order(intervals, Strategy::Temporal);
-                    let planner = planner_rx.recv().ok()?;
-                    let plan = planner.run_in_below(planner.order(Strategy::Temporal, keys), offsets, own_stop);
-                    if let Some(p) = &plan {
-                        // kSpatial loses only with a larger heap.
-                        other_stop.store(p.heap_size.saturating_add(1), Ordering::Relaxed);
-                    }
-                    plan
-                })
-            });
-            let planner = built.get_or_init(|| Planner::new(intervals, alignment));
-            let _ = planner_tx.send(planner);
-            // The keys' thread panicked if nothing came: its panic is carried on by `joined`.
-            let Ok(spatial_keys) = keys_rx.recv() else {
-                joined(temporal);
-                unreachable!("the keys' thread ended without sending them");
-            };
-            let spatial = planner.run_in_below(planner.order(Strategy::Spatial, spatial_keys), offsets, &spatial_stop);
-            if let Some(p) = &spatial {
-                temporal_stop.store(p.heap_size, Ordering::Relaxed);
-            }
-            (spatial, joined(temporal))
+        let (keys_tx, keys_rx) = mpsc::sync_channel(1);
+        let (planner_tx, planner_rx) = mpsc::sync_channel::<&Planner>(1);
+        return race(
+            |stop| {
+                let planner = built.get_or_init(|| Planner::new(intervals, alignment));
+                let _ = planner_tx.send(planner);
+                // Nothing comes only when the keys' thread panicked: `race` carries its panic on.
+                let keys = keys_rx.recv().ok()?;
+                planner.run_in_below(planner.order(Strategy::Spatial, keys), offsets, stop)
+            },
+            move |stop| {
+                // A send fails only when this thread's partner is gone (panicked): the scope
+                // carries its panic on.
+                keys_tx.send(packed_order(intervals, Strategy::Spatial)).ok()?;
+                let keys = packed_order(intervals, Strategy::Temporal);
+                let planner = planner_rx.recv().ok()?;
+                planner.run_in_below(planner.order(Strategy::Temporal, keys), offsets, stop)
+            },
+        );
+    }
+    let planner = Planner::new(intervals, alignment);
+    let spatial = planner.run(Strategy::Spatial, offsets);
+    // The live bytes bound every heap only when no chunk is shared (NoFragmentationStatsHeap
+    // counts a ShareWith as an allocation of its own).
+    let bound = max_live_bytes.filter(|_| planner.colo.is_empty());
+    debug_assert!(bound.is_none_or(|b| spatial.heap_size >= b) || crate::cancel::requested(), "a heap below the live bytes");
+    after_spatial(spatial, bound, |stop| planner.run_below(Strategy::Temporal, offsets, stop))
+}
+
+/// kSpatial (`spatial`) on this thread and kTemporal (`temporal`) on a second one, under the
+/// caller's cancellation token (`crate::cancel`), each given up once its heap reaches the limit
+/// it is passed: the other order's heap once that one finished (kTemporal wins only with a
+/// smaller heap, kSpatial ties too). The plan chosen is the same as with both run in full, but
+/// the loser, which would be dropped, stops where it has lost. Whichever order stops, the other
+/// finished (an order publishes its bound only once done).
+fn race<S, T>(spatial: S, temporal: T) -> HeapPlan
+where
+    S: FnOnce(&AtomicI64) -> Option<HeapPlan>,
+    T: FnOnce(&AtomicI64) -> Option<HeapPlan> + Send,
+{
+    let token = crate::cancel::current();
+    let (spatial_stop, temporal_stop) = (AtomicI64::new(i64::MAX), AtomicI64::new(i64::MAX));
+    let (spatial, temporal) = std::thread::scope(|scope| {
+        let (token, own_stop, other_stop) = (token.as_ref(), &temporal_stop, &spatial_stop);
+        let temporal = scope.spawn(move || {
+            crate::cancel::within(token, || {
+                let plan = temporal(own_stop);
+                if let Some(p) = &plan {
+                    // kSpatial loses only with a larger heap.
+                    other_stop.store(p.heap_size.saturating_add(1), Ordering::Relaxed);
+                }
+                plan
+            })
         });
-        match (spatial, temporal) {
-            (Some(spatial), Some(temporal)) => (spatial, temporal),
-            (Some(plan), None) | (None, Some(plan)) => return plan,
-            (None, None) => unreachable!("an order stops only once the other finished"),
+        let spatial = spatial(&spatial_stop);
+        if let Some(p) = &spatial {
+            temporal_stop.store(p.heap_size, Ordering::Relaxed);
         }
-    } else {
-        let planner = Planner::new(intervals, alignment);
-        let spatial = planner.run(Strategy::Spatial, offsets);
-        // The live bytes bound every heap only when no chunk is shared (NoFragmentationStatsHeap
-        // counts a ShareWith as an allocation of its own).
-        if let Some(bound) = max_live_bytes.filter(|_| planner.colo.is_empty()) {
-            debug_assert!(spatial.heap_size >= bound || crate::cancel::requested(), "a heap below the live bytes");
-            if spatial.heap_size <= bound {
-                return spatial;
-            }
-        }
-        // kTemporal wins only with a smaller heap: it stops once its heap reaches kSpatial's
-        // (on the generate captures, about two thirds of the way through its placements).
-        match planner.run_below(Strategy::Temporal, offsets, &AtomicI64::new(spatial.heap_size)) {
-            Some(temporal) => (spatial, temporal),
-            None => return spatial,
-        }
-    };
+        (spatial, joined(temporal))
+    });
+    match (spatial, temporal) {
+        (Some(spatial), Some(temporal)) => smaller(spatial, temporal),
+        (Some(plan), None) | (None, Some(plan)) => plan,
+        (None, None) => unreachable!("an order stops only once the other finished"),
+    }
+}
+
+/// kTemporal after kSpatial's finished `spatial`: none where kSpatial reached `bound` (the live
+/// bytes, below which no heap is: kTemporal cannot be smaller, and kSpatial wins a tie), else
+/// given up once its heap reaches kSpatial's (on the generate captures, about two thirds of the
+/// way through its placements).
+fn after_spatial(spatial: HeapPlan, bound: Option<i64>, temporal: impl FnOnce(&AtomicI64) -> Option<HeapPlan>) -> HeapPlan {
+    if bound.is_some_and(|b| spatial.heap_size <= b) {
+        return spatial;
+    }
+    match temporal(&AtomicI64::new(spatial.heap_size)) {
+        Some(temporal) => smaller(spatial, temporal),
+        None => spatial,
+    }
+}
+
+/// `ChooseBestHeapAlgorithm`'s pick: the smaller heap, kSpatial on a tie (it is listed first).
+fn smaller(spatial: HeapPlan, temporal: HeapPlan) -> HeapPlan {
     if temporal.heap_size < spatial.heap_size {
         temporal
     } else {
@@ -124,8 +143,8 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
 }
 
 /// [`choose_best`] on a [`Split`]: each order placed by one thread per side, both orders at
-/// once when `concurrent` (each stops once it can no longer win, as on two threads), else
-/// kSpatial first and kTemporal up to its heap (after the live bytes' bound, as on one core).
+/// once when `concurrent` ([`race`]), else kSpatial first and kTemporal after it
+/// ([`after_spatial`]; a split has no colocations, so the live bytes bound every heap).
 fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_bytes: Option<i64>, concurrent: bool) -> HeapPlan {
     let token = crate::cancel::current();
     let token = token.as_ref();
@@ -138,49 +157,12 @@ fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_byte
         let first = Planner::new(&split.sides[0].iv, alignment);
         std::iter::once(first).chain(handles.into_iter().map(joined)).collect()
     });
-    let planners = &planners[..];
-    let (spatial, temporal) = if concurrent {
-        let (spatial_stop, temporal_stop) = (AtomicI64::new(i64::MAX), AtomicI64::new(i64::MAX));
-        let (spatial, temporal) = std::thread::scope(|scope| {
-            let (own_stop, other_stop) = (&temporal_stop, &spatial_stop);
-            let temporal = scope.spawn(move || {
-                crate::cancel::within(token, || {
-                    let plan = split_run_below(split, planners, Strategy::Temporal, offsets, own_stop);
-                    if let Some(p) = &plan {
-                        // kSpatial loses only with a larger heap.
-                        other_stop.store(p.heap_size.saturating_add(1), Ordering::Relaxed);
-                    }
-                    plan
-                })
-            });
-            let spatial = split_run_below(split, planners, Strategy::Spatial, offsets, &spatial_stop);
-            if let Some(p) = &spatial {
-                temporal_stop.store(p.heap_size, Ordering::Relaxed);
-            }
-            (spatial, joined(temporal))
-        });
-        match (spatial, temporal) {
-            (Some(spatial), Some(temporal)) => (spatial, temporal),
-            (Some(plan), None) | (None, Some(plan)) => return plan,
-            (None, None) => unreachable!("an order stops only once the other finished"),
-        }
-    } else {
-        let spatial =
-            split_run_below(split, planners, Strategy::Spatial, offsets, &AtomicI64::new(i64::MAX)).expect("no heap reaches i64::MAX");
-        // A split has no colocations: the live bytes bound every heap.
-        if max_live_bytes.is_some_and(|bound| spatial.heap_size <= bound) {
-            return spatial;
-        }
-        match split_run_below(split, planners, Strategy::Temporal, offsets, &AtomicI64::new(spatial.heap_size)) {
-            Some(temporal) => (spatial, temporal),
-            None => return spatial,
-        }
-    };
-    if temporal.heap_size < spatial.heap_size {
-        temporal
-    } else {
-        spatial
+    let run = |strategy: Strategy, stop: &AtomicI64| split_run_below(split, &planners, strategy, offsets, stop);
+    if concurrent {
+        return race(|stop| run(Strategy::Spatial, stop), |stop| run(Strategy::Temporal, stop));
     }
+    let spatial = run(Strategy::Spatial, &AtomicI64::new(i64::MAX)).expect("no heap reaches i64::MAX");
+    after_spatial(spatial, max_live_bytes, |stop| run(Strategy::Temporal, stop))
 }
 
 /// Places `strategy`'s order with one thread per side (this one the first side's), each
@@ -221,7 +203,7 @@ fn split_place<C: Chunk>(
         let first = side(0);
         std::iter::once(first).chain(others.into_iter().map(joined)).collect()
     });
-    let n: usize = if offsets { split.sides.iter().flat_map(|s| s.of.last()).map(|&i| i as usize + 1).max().unwrap_or(0) } else { 0 };
+    let n = if offsets { split.intervals } else { 0 };
     if crate::cancel::requested() {
         // Cancelled: a plan of the right shape, which the callers drop.
         return Ok(Some(HeapPlan { strategy, heap_size: 0, offsets: vec![0; n], chunk_sizes: vec![0; n] }));

@@ -43,6 +43,8 @@ const NONE: u32 = u32::MAX;
 
 /// The intervals cut in time into sides, and those that cross a cut.
 pub(super) struct Split {
+    /// The intervals split (of the whole).
+    pub(super) intervals: usize,
     pub(super) sides: Vec<Side>,
     /// Per crossing interval: the first and last side it touches.
     crossing: Vec<(u32, u32)>,
@@ -65,12 +67,13 @@ pub(super) struct Side {
 impl Split {
     /// The intervals cut into `sides` parts of about as many intervals each, each cut at the
     /// time where fewest are live within a quarter side of where it would fall; `None` where
-    /// the plan would not gain from it: too few intervals, too many crossing, or intervals the
+    /// the plan would not gain from it: too few intervals (under 64 a side; `choose_best` splits
+    /// only from `SPLIT_FROM`), too many crossing, or intervals the
     /// packed order does not cover (`packed_order`: colocations, keys that do not rise, sizes
     /// below 1), or an alignment that is not a power of two.
     pub(super) fn new(iv: &[BufferInterval], alignment: i64, sides: usize) -> Option<Split> {
         let n = iv.len();
-        if sides < 2 || n < SPLIT_FROM.min(sides * 64) || alignment < 1 || alignment & (alignment - 1) != 0 || n > u32::MAX as usize / 2 {
+        if sides < 2 || n < sides * 64 || alignment < 1 || alignment & (alignment - 1) != 0 || n > u32::MAX as usize / 2 {
             return None;
         }
         let mut last_key = None;
@@ -125,7 +128,7 @@ impl Split {
         let side_of = |t: i64| cuts.partition_point(|&c| c <= t) as u32;
         let mut out: Vec<Side> =
             (0..sides).map(|_| Side { iv: Vec::with_capacity(n / sides + 64), of: Vec::new(), crossing: Vec::new() }).collect();
-        let mut split = Split { sides: Vec::new(), crossing: Vec::new(), crossing_start: vec![0], crossing_at: Vec::new() };
+        let mut split = Split { intervals: n, sides: Vec::new(), crossing: Vec::new(), crossing_start: vec![0], crossing_at: Vec::new() };
         for (i, x) in iv.iter().enumerate() {
             let (first, last) = (side_of(x.start), side_of(x.end));
             let c = if first == last {
