@@ -10,9 +10,10 @@ SECS=${SECS:-75}
 WORKLOADS="${WORKLOADS:-mistral_serve gpt2_beam}"
 BUILDS="${BUILDS:-base new8}"
 bash research/driver-probes/s23/cap.sh $(for w in $WORKLOADS; do echo $w=research/heldout/workloads_s25.py:$w,$SECS; done)
-for b in $BUILDS; do xz -dkf device/s25/$b.so.xz; done
+D=${D:-device/s25}
+for b in $BUILDS; do xz -dkf $D/$b.so.xz; done
 for n in $WORKLOADS; do xz -T8 -dc $OUT/$n.pickle.xz > /tmp/$n.pickle; done
 uptime
-python3 benches/core_side_by_side.py ${ROUNDS:-3} $(for b in $BUILDS; do echo $b=device/s25/$b.so; done) -- $(for n in $WORKLOADS; do echo /tmp/$n.pickle; done) 2>&1 | tee $OUT/unseen.txt
+python3 benches/core_side_by_side.py ${ROUNDS:-3} $(for b in $BUILDS; do echo $b=$D/$b.so; done) -- $(for n in $WORKLOADS; do echo /tmp/$n.pickle; done) 2>&1 | tee $OUT/unseen.txt
 uptime
 ls -la $OUT
