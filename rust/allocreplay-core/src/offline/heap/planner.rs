@@ -15,10 +15,15 @@ use std::sync::{mpsc, Mutex, OnceLock};
 /// `BufferAssigner::AssignBuffersWithSequentialOrdering`'s `get_heap_algorithm` builds it:
 /// the smaller heap wins, kSpatial on a tie (it is listed first).
 ///
-/// The two orders share nothing they write: with more than one core and enough intervals to
-/// be worth a thread, kTemporal runs on a second thread while kSpatial runs on this one (the
-/// result is the same either way). On one thread kTemporal runs second and stops once its heap
-/// reaches kSpatial's, where it can no longer win.
+/// The two orders share nothing they write, and the result is the same however they are run:
+/// - with four cores or more, both at once, each cut in time into sides placed on threads of
+///   their own (`split`);
+/// - with two or three, one after the other, each cut into a side per core: the likely winner
+///   (`guess`) first, and the other stopped once it has lost;
+/// - where the trace is not cut (too few intervals, or too many crossing the cuts), kTemporal on
+///   a second thread while kSpatial runs on this one, each stopped once the other finished
+///   smaller;
+/// - on one core, kSpatial first, and kTemporal stopped once its heap reaches kSpatial's.
 pub fn plan(intervals: &[BufferInterval], alignment: i64) -> HeapPlan {
     choose_best(intervals, alignment, true, None)
 }
@@ -41,10 +46,19 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
     let cores = std::thread::available_parallelism().map_or(1, |p| p.get());
     if cores >= 4 && intervals.len() >= split::SPLIT_FROM {
         // Each order cut in time into sides placed on threads of their own, both orders at
-        // once. (On two or three cores, the two orders at once unsplit are faster: one after
-        // the other, a trace where kTemporal wins places both in full; measured on the VM.)
+        // once.
         if let Some(split) = Split::new(intervals, alignment, (cores / 2).min(split::MAX_SIDES)) {
-            return choose_best_split(&split, alignment, offsets, max_live_bytes, true);
+            return choose_best_split(&split, alignment, offsets, max_live_bytes, Schedule::Race);
+        }
+    }
+    if cores >= 2 && intervals.len() >= guess::GUESS_FROM {
+        // On two or three cores: each order cut into as many sides as there are cores, the
+        // likely winner first and the other after it, stopped where it has lost (on the VM's
+        // two cores, 1.2-1.45x the two orders at once unsplit on seven real captures,
+        // benches/RESULTS.md, session 26).
+        if let Some(split) = Split::new(intervals, alignment, cores) {
+            let first = Schedule::first(guess::temporal_likely(intervals, alignment));
+            return choose_best_split(&split, alignment, offsets, max_live_bytes, first);
         }
     }
     if intervals.len() >= PARALLEL_FROM && cores > 1 {
@@ -72,6 +86,9 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
             },
         );
     }
+    // One core: kSpatial first. (The guess's tenth cost the captures kSpatial wins 10% here on
+    // the GPU host, more than running kTemporal first saves on average; benches/RESULTS.md,
+    // session 26.)
     let planner = Planner::new(intervals, alignment);
     let spatial = planner.run(Strategy::Spatial, offsets);
     // The live bytes bound every heap only when no chunk is shared (NoFragmentationStatsHeap
@@ -79,6 +96,27 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
     let bound = max_live_bytes.filter(|_| planner.colo.is_empty());
     debug_assert!(bound.is_none_or(|b| spatial.heap_size >= b) || crate::cancel::requested(), "a heap below the live bytes");
     after_spatial(spatial, bound, |stop| planner.run_below(Strategy::Temporal, offsets, stop))
+}
+
+/// How [`choose_best`] runs the two orders: at once ([`race`]), or one after the other, the
+/// second stopped where it has lost ([`after_spatial`], [`after_temporal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Schedule {
+    Race,
+    SpatialFirst,
+    TemporalFirst,
+}
+
+impl Schedule {
+    /// One order after the other, kTemporal first where it is the likely winner
+    /// ([`guess::temporal_likely`]).
+    fn first(temporal_likely: bool) -> Self {
+        if temporal_likely {
+            Schedule::TemporalFirst
+        } else {
+            Schedule::SpatialFirst
+        }
+    }
 }
 
 /// kSpatial (`spatial`) on this thread and kTemporal (`temporal`) on a second one, under the
@@ -133,6 +171,17 @@ fn after_spatial(spatial: HeapPlan, bound: Option<i64>, temporal: impl FnOnce(&A
     }
 }
 
+/// kSpatial after kTemporal's finished `temporal`, given up once its heap exceeds kTemporal's
+/// (kSpatial wins a tie, so it stops only past it): where kTemporal is the likely winner
+/// ([`guess::temporal_likely`]), kSpatial stops about a third of the way through its placements
+/// on the serving captures.
+fn after_temporal(temporal: HeapPlan, spatial: impl FnOnce(&AtomicI64) -> Option<HeapPlan>) -> HeapPlan {
+    match spatial(&AtomicI64::new(temporal.heap_size.saturating_add(1))) {
+        Some(spatial) => smaller(spatial, temporal),
+        None => temporal,
+    }
+}
+
 /// `ChooseBestHeapAlgorithm`'s pick: the smaller heap, kSpatial on a tie (it is listed first).
 fn smaller(spatial: HeapPlan, temporal: HeapPlan) -> HeapPlan {
     if temporal.heap_size < spatial.heap_size {
@@ -143,9 +192,9 @@ fn smaller(spatial: HeapPlan, temporal: HeapPlan) -> HeapPlan {
 }
 
 /// [`choose_best`] on a [`Split`]: each order placed by one thread per side, both orders at
-/// once when `concurrent` ([`race`]), else kSpatial first and kTemporal after it
-/// ([`after_spatial`]; a split has no colocations, so the live bytes bound every heap).
-fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_bytes: Option<i64>, concurrent: bool) -> HeapPlan {
+/// once ([`Schedule::Race`]), or one after the other ([`after_spatial`] or [`after_temporal`];
+/// a split has no colocations, so the live bytes bound every heap).
+fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_bytes: Option<i64>, schedule: Schedule) -> HeapPlan {
     let token = crate::cancel::current();
     let token = token.as_ref();
     // Each side's overlap structure, laid out on its own thread.
@@ -158,11 +207,18 @@ fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_byte
         std::iter::once(first).chain(handles.into_iter().map(joined)).collect()
     });
     let run = |strategy: Strategy, stop: &AtomicI64| split_run_below(split, &planners, strategy, offsets, stop);
-    if concurrent {
-        return race(|stop| run(Strategy::Spatial, stop), |stop| run(Strategy::Temporal, stop));
+    let unbounded = AtomicI64::new(i64::MAX);
+    match schedule {
+        Schedule::Race => race(|stop| run(Strategy::Spatial, stop), |stop| run(Strategy::Temporal, stop)),
+        Schedule::SpatialFirst => {
+            let spatial = run(Strategy::Spatial, &unbounded).expect("no heap reaches i64::MAX");
+            after_spatial(spatial, max_live_bytes, |stop| run(Strategy::Temporal, stop))
+        }
+        Schedule::TemporalFirst => {
+            let temporal = run(Strategy::Temporal, &unbounded).expect("no heap reaches i64::MAX");
+            after_temporal(temporal, |stop| run(Strategy::Spatial, stop))
+        }
     }
-    let spatial = run(Strategy::Spatial, &AtomicI64::new(i64::MAX)).expect("no heap reaches i64::MAX");
-    after_spatial(spatial, max_live_bytes, |stop| run(Strategy::Temporal, stop))
 }
 
 /// Places `strategy`'s order with one thread per side (this one the first side's), each
@@ -647,6 +703,7 @@ struct Job {
     colocated: bool,
 }
 
+mod guess;
 mod split;
 use split::{Meetings, Split};
 #[cfg(test)]
