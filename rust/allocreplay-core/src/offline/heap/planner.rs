@@ -54,7 +54,7 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
     if cores >= 2 && intervals.len() >= guess::GUESS_FROM {
         // On two or three cores: each order cut into as many sides as there are cores, the
         // likely winner first and the other after it, stopped where it has lost (on the VM's
-        // two cores, 1.2-1.45x the two orders at once unsplit on seven real captures,
+        // two cores, 1.0-1.45x the two orders at once unsplit on seven real captures,
         // benches/RESULTS.md, session 26).
         if let Some(split) = Split::new(intervals, alignment, cores) {
             let first = Schedule::first(guess::temporal_likely(intervals, alignment));
