@@ -51,7 +51,7 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
             return choose_best_split(&split, alignment, offsets, max_live_bytes, Schedule::Race);
         }
     }
-    if cores >= 2 && intervals.len() >= guess::GUESS_FROM {
+    if (2..4).contains(&cores) && intervals.len() >= guess::GUESS_FROM {
         // On two or three cores: each order cut into as many sides as there are cores, the
         // likely winner first and the other after it, stopped where it has lost (on the VM's
         // two cores, 1.0-1.45x the two orders at once unsplit on seven real captures,
