@@ -3,7 +3,8 @@
 //! deterministic: sizes log-uniform from 512 B to 64 MiB, about 256 allocations live at a
 //! time (each new allocation past that frees a random live one), like a training step.
 //! Run: `cargo bench -p allocreplay-core --bench offline_plan` (optionally `-- N`), or
-//! `-- TRACE` to plan a real trace (any format `allocreplay.load` reads) instead.
+//! `-- TRACE` to plan a real trace (any format `allocreplay.load` reads) instead: `plan_trace`
+//! `ROUNDS` times (default 3), then each order alone and split (skipped with `ONLY_PLAN` set).
 
 use std::time::Instant;
 
@@ -19,7 +20,7 @@ fn main() {
     if let Some(path) = arg.as_deref().filter(|a| a.parse::<usize>().is_err()) {
         let trace = load(std::path::Path::new(path), &ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
         let device = trace.devices()[0];
-        for _ in 0..3 {
+        for _ in 0..std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3) {
             let t = Instant::now();
             let r = plan_trace(&trace, device, 0).expect("plan");
             let s = t.elapsed().as_secs_f64();
@@ -32,6 +33,9 @@ fn main() {
                 r.offline_peak_bytes,
                 r.strategy
             );
+        }
+        if std::env::var_os("ONLY_PLAN").is_some() {
+            return;
         }
         // Both orders' placements, hashed: a change to the planner must leave them equal.
         let intervals = trace_intervals(&trace, device, 0).expect("intervals");

@@ -126,18 +126,41 @@ impl Split {
             cuts.push(best);
         }
         let side_of = |t: i64| cuts.partition_point(|&c| c <= t) as u32;
-        let mut out: Vec<Side> =
-            (0..sides).map(|_| Side { iv: Vec::with_capacity(n / sides + 64), of: Vec::new(), crossing: Vec::new() }).collect();
-        let mut split = Split { intervals: n, sides: Vec::new(), crossing: Vec::new(), crossing_start: vec![0], crossing_at: Vec::new() };
+        // Each side's intervals counted first, so that its vectors are filled without growing
+        // (a side cut away from the middle outgrew an even share: its 10 MB copied again).
+        let (mut counts, mut crossings) = (vec![0usize; sides], 0usize);
+        for x in iv {
+            let (first, last) = (side_of(x.start), side_of(x.end));
+            crossings += (first != last) as usize;
+            for count in &mut counts[first as usize..=last as usize] {
+                *count += 1;
+            }
+        }
+        if crossings > n / CROSSING_AT_MOST_ONE_IN {
+            return None;
+        }
+        let mut out: Vec<Side> = counts
+            .iter()
+            .map(|&count| Side {
+                iv: crate::huge_pages::with_capacity(count),
+                of: crate::huge_pages::with_capacity(count),
+                crossing: crate::huge_pages::with_capacity(count),
+            })
+            .collect();
+        let mut split = Split {
+            intervals: n,
+            sides: Vec::new(),
+            crossing: Vec::with_capacity(crossings),
+            crossing_start: Vec::with_capacity(crossings + 1),
+            crossing_at: Vec::new(),
+        };
+        split.crossing_start.push(0);
         for (i, x) in iv.iter().enumerate() {
             let (first, last) = (side_of(x.start), side_of(x.end));
             let c = if first == last {
                 NONE
             } else {
                 split.crossing.push((first, last));
-                if split.crossing.len() > n / CROSSING_AT_MOST_ONE_IN {
-                    return None;
-                }
                 (split.crossing.len() - 1) as u32
             };
             for s in first..=last {
