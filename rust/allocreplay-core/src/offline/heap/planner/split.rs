@@ -192,6 +192,9 @@ pub(super) struct Meetings<'s, C> {
     layouts: Vec<&'s Layout>,
     alignment: i64,
     placed: Vec<OnceLock<Mutex<Placed<C>>>>,
+    /// Each side's placed chunks overlapping the crossing interval it waits at, left there
+    /// for the first side the interval touches.
+    gathered: Vec<Mutex<Vec<(i64, i64)>>>,
     arrived: Vec<AtomicU32>,
     offset: Vec<AtomicI64>,
     /// Set when a side stopped before the end (its heap reached the limit, a chunk did not
@@ -231,6 +234,7 @@ impl<'s, C: Chunk> Meetings<'s, C> {
             layouts,
             alignment,
             placed: (0..split.sides.len()).map(|_| OnceLock::new()).collect(),
+            gathered: (0..split.sides.len()).map(|_| Mutex::new(Vec::new())).collect(),
             arrived: (0..split.crossing.len()).map(|_| AtomicU32::new(0)).collect(),
             offset: (0..split.crossing.len()).map(|_| AtomicI64::new(UNSET)).collect(),
             abort: AtomicBool::new(false),
@@ -279,10 +283,10 @@ impl<'s, C: Chunk> Meetings<'s, C> {
     }
 
     /// Crossing interval `c` of `size` bytes, come to by side `side` (holding its structure
-    /// in `guard`): its offset. The first side it touches waits for the others, reads the
-    /// placed intervals overlapping it from each (their threads wait meanwhile, their
-    /// structures unlocked) and gives it the offset of the walk over them all; the others
-    /// unlock theirs, wait for that offset and lock them again.
+    /// in `guard`): its offset. Each side it touches reads the placed intervals of its own
+    /// structure overlapping it, at once on their own threads; the others leave what they read
+    /// in their `gathered` and wait, and the first side, once they have all come, walks it with
+    /// its own and gives the interval its offset.
     pub(super) fn place_crossing<'g>(
         &'g self,
         side: usize,
@@ -292,24 +296,25 @@ impl<'s, C: Chunk> Meetings<'s, C> {
         scratch: &mut Scratch,
     ) -> Result<i64, Aborted> {
         let (first, last) = self.split.crossing[c];
-        if side != first as usize {
-            drop(guard.take());
-            self.arrived[c].fetch_add(1, Ordering::Release);
-            let offset = self.wait(|| Some(self.offset[c].load(Ordering::Acquire)).filter(|&o| o != UNSET))?;
-            *guard = Some(lock(self.placed(side)));
-            return Ok(offset);
-        }
-        self.wait(|| (self.arrived[c].load(Ordering::Acquire) == last - first).then_some(()))?;
         let at = &self.split.crossing_at[self.split.crossing_start[c] as usize..self.split.crossing_start[c + 1] as usize];
+        let layout = self.layouts[side];
+        let placed = guard.as_deref_mut().expect("a side holds its structure while it places");
+        let here = layout.at[at[side - first as usize] as usize];
+        if side != first as usize {
+            {
+                let mut mine = lock(&self.gathered[side]);
+                mine.clear();
+                layout.gather(placed, here, &mut mine);
+            }
+            self.arrived[c].fetch_add(1, Ordering::Release);
+            return self.wait(|| Some(self.offset[c].load(Ordering::Acquire)).filter(|&o| o != UNSET));
+        }
         let mut used = std::mem::take(&mut scratch.gathered);
         used.clear();
-        for (s, &i) in (first as usize..=last as usize).zip(at) {
-            let layout = self.layouts[s];
-            if s == side {
-                layout.gather(guard.as_deref_mut().expect("a side holds its structure while it places"), layout.at[i as usize], &mut used);
-            } else {
-                layout.gather(&mut lock(self.placed(s)), layout.at[i as usize], &mut used);
-            }
+        layout.gather(placed, here, &mut used);
+        self.wait(|| (self.arrived[c].load(Ordering::Acquire) == last - first).then_some(()))?;
+        for s in first as usize + 1..=last as usize {
+            used.extend_from_slice(&lock(&self.gathered[s]));
         }
         used.sort_unstable();
         let offset = walk_two(FreeChunkWalk::new(size, size, self.alignment), &used, &[]);
