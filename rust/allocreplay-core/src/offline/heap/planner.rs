@@ -9,7 +9,7 @@ use super::{BufferInterval, HeapPlan, Strategy, CANCEL_EVERY, MAX_HEAP};
 use crate::cores::joined;
 use crate::huge_pages;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{mpsc, Mutex, OnceLock};
+use std::sync::{mpsc, OnceLock};
 
 /// `ChooseBestHeapAlgorithm` over kSpatial and kTemporal, as
 /// `BufferAssigner::AssignBuffersWithSequentialOrdering`'s `get_heap_algorithm` builds it:
@@ -242,7 +242,7 @@ fn split_place<C: Chunk>(
     stop_at: &AtomicI64,
 ) -> Result<Option<HeapPlan>, DoesNotFit> {
     let alignment = planners.first().map_or(1, |p| p.alignment);
-    let sync = Meetings::<C>::new(split, planners.iter().map(|p| &p.layout).collect(), alignment);
+    let sync = Meetings::new(split, planners.iter().map(|p| &p.layout).collect(), alignment);
     let token = crate::cancel::current();
     let token = token.as_ref();
     let side = |s: usize| {
@@ -484,7 +484,7 @@ impl<'a> Planner<'a> {
         order: &Order,
         offsets: bool,
         stop_at: &AtomicI64,
-        sync: Option<(&Meetings<'_, C>, usize)>,
+        sync: Option<(&Meetings<'_>, usize)>,
     ) -> Result<Option<HeapPlan>, DoesNotFit> {
         let at = &self.layout.at[..];
         let n = if offsets || !self.colo.is_empty() { self.iv.len() } else { 0 };
@@ -494,16 +494,9 @@ impl<'a> Planner<'a> {
             // token once the plan returns).
             return Ok(Some(HeapPlan { strategy: order.strategy(), heap_size: 0, offsets: vec![0; n], chunk_sizes: vec![0; n] }));
         }
-        let own;
-        let cell = match sync {
-            Some((sync, side)) => sync.placed(side),
-            None => {
-                own = Mutex::new(Placed::<C>::new(&self.layout));
-                &own
-            }
-        };
-        // Held throughout but while a crossing interval is placed with the other sides.
-        let mut guard = Some(cell.lock().unwrap_or_else(|e| e.into_inner()));
+        // This order's structure (a side's, when split: only its own thread reads it).
+        let mut placed = Placed::<C>::new(&self.layout);
+        let placed = &mut placed;
         let mut scratch = Scratch::default();
         let (mut offsets, mut chunk_sizes) = (huge_pages::filled(n, 0i64), huge_pages::filled(n, 0i64));
         // Only colocations can be placed twice (intervals not built by `HeapBuilder`).
@@ -523,7 +516,6 @@ impl<'a> Planner<'a> {
                     return Ok(None);
                 }
             }
-            let placed = guard.as_deref_mut().expect("the structure is held between placements");
             // In placement order the intervals are read at random: their slots are asked for
             // well ahead.
             if t + 2 * AHEAD < len {
@@ -548,13 +540,12 @@ impl<'a> Planner<'a> {
             let i = job.i as usize;
             let max_colocation_size = job.max_colocation_size;
             let offset = match sync.and_then(|(sync, side)| Some((sync, side, sync.crossing(side, i)?))) {
-                Some((sync, side, c)) => match sync.place_crossing(side, c, job.size, &mut guard, &mut scratch) {
+                Some((sync, side, c)) => match sync.place_crossing(side, c, job.size, placed, &mut scratch) {
                     Ok(offset) => offset,
                     Err(split::Aborted) => return Ok(None),
                 },
                 None => self.find_chunk_candidate(placed, &mut scratch, job),
             };
-            let placed = guard.as_deref_mut().expect("the structure is held between placements");
             // CommitChunkAndInterval: the chunk of the largest colocation, for all of them.
             heap_size = heap_size.max(offset + max_colocation_size);
             if heap_size >= stop_at.load(Ordering::Relaxed) {

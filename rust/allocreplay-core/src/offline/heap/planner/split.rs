@@ -12,16 +12,16 @@
 //! it sees the same placed intervals as on one thread. An interval that crosses a cut waits
 //! until every side it touches has placed everything before it in the order; then its
 //! overlapping placed intervals are those of the sides it touches (any two intervals that
-//! overlap share a time, which lies in one side both touch), read from each and walked as one
-//! list. The free chunks a walk finds are the gaps of the used chunks' union, so a chunk read
-//! from two sides counts once.
+//! overlap share a time, which lies in one side both touch), read by each side from its own
+//! structure and walked as one list. The free chunks a walk finds are the gaps of the used
+//! chunks' union, so a chunk read from two sides counts once.
 //!
 //! A real trace crosses its cuts with a few hundred intervals (a generate run: the weights and
 //! caches) against hundreds of thousands placed: the threads wait for each other a few hundred
 //! times.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 use super::super::chunk::Chunk;
 use super::super::free_chunks::{walk_two, FreeChunkWalk};
@@ -186,12 +186,11 @@ const UNSET: i64 = i64::MIN;
 
 /// The sides' threads' meeting points: each side's overlap structure, and per crossing
 /// interval how many of the sides it touches have come to it and the offset it was given.
-pub(super) struct Meetings<'s, C> {
+pub(super) struct Meetings<'s> {
     split: &'s Split,
     /// Each side's layout, and the alignment of every placement.
     layouts: Vec<&'s Layout>,
     alignment: i64,
-    placed: Vec<OnceLock<Mutex<Placed<C>>>>,
     /// Each side's placed chunks overlapping the crossing interval it waits at, left there
     /// for the first side the interval touches.
     gathered: Vec<Mutex<Vec<(i64, i64)>>>,
@@ -219,13 +218,13 @@ impl Drop for AbortUnlessDone<'_> {
     }
 }
 
-/// Locks a side's structure (a lock poisoned by a panicking side: the abort flag stops the
-/// rest, and the scope carries the panic on).
+/// Locks a side's `gathered` chunks (a lock poisoned by a panicking side: the abort flag stops
+/// the rest, and the scope carries the panic on).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl<'s, C: Chunk> Meetings<'s, C> {
+impl<'s> Meetings<'s> {
     /// The meeting points of one order placed on `split`, each side's structure laid out by
     /// `layouts[side]`.
     pub(super) fn new(split: &'s Split, layouts: Vec<&'s Layout>, alignment: i64) -> Self {
@@ -233,7 +232,6 @@ impl<'s, C: Chunk> Meetings<'s, C> {
             split,
             layouts,
             alignment,
-            placed: (0..split.sides.len()).map(|_| OnceLock::new()).collect(),
             gathered: (0..split.sides.len()).map(|_| Mutex::new(Vec::new())).collect(),
             arrived: (0..split.crossing.len()).map(|_| AtomicU32::new(0)).collect(),
             offset: (0..split.crossing.len()).map(|_| AtomicI64::new(UNSET)).collect(),
@@ -244,12 +242,6 @@ impl<'s, C: Chunk> Meetings<'s, C> {
     /// A guard that stops the other sides unless its `done` is set before it is dropped.
     pub(super) fn abort_unless_done(&self) -> AbortUnlessDone<'_> {
         AbortUnlessDone { abort: &self.abort, done: false }
-    }
-
-    /// Side `side`'s overlap structure, made on first use (by its own thread, before it
-    /// places anything).
-    pub(super) fn placed(&self, side: usize) -> &Mutex<Placed<C>> {
-        self.placed[side].get_or_init(|| Mutex::new(Placed::new(self.layouts[side])))
     }
 
     /// The crossing index of side `side`'s interval `i` (`None`: within the side).
@@ -282,23 +274,22 @@ impl<'s, C: Chunk> Meetings<'s, C> {
         }
     }
 
-    /// Crossing interval `c` of `size` bytes, come to by side `side` (holding its structure
-    /// in `guard`): its offset. Each side it touches reads the placed intervals of its own
+    /// Crossing interval `c` of `size` bytes, come to by side `side` (its structure
+    /// `placed`): its offset. Each side it touches reads the placed intervals of its own
     /// structure overlapping it, at once on their own threads; the others leave what they read
     /// in their `gathered` and wait, and the first side, once they have all come, walks it with
     /// its own and gives the interval its offset.
-    pub(super) fn place_crossing<'g>(
-        &'g self,
+    pub(super) fn place_crossing<C: Chunk>(
+        &self,
         side: usize,
         c: usize,
         size: i64,
-        guard: &mut Option<MutexGuard<'g, Placed<C>>>,
+        placed: &mut Placed<C>,
         scratch: &mut Scratch,
     ) -> Result<i64, Aborted> {
         let (first, last) = self.split.crossing[c];
         let at = &self.split.crossing_at[self.split.crossing_start[c] as usize..self.split.crossing_start[c + 1] as usize];
         let layout = self.layouts[side];
-        let placed = guard.as_deref_mut().expect("a side holds its structure while it places");
         let here = layout.at[at[side - first as usize] as usize];
         if side != first as usize {
             {
