@@ -184,8 +184,8 @@ impl Split {
 /// A crossing interval's offset before it is placed.
 const UNSET: i64 = i64::MIN;
 
-/// The sides' threads' meeting points: each side's overlap structure, and per crossing
-/// interval how many of the sides it touches have come to it and the offset it was given.
+/// The sides' threads' meeting points: per crossing interval how many of the sides it touches
+/// have come to it, what each read of its own structure, and the offset it was given.
 pub(super) struct Meetings<'s> {
     split: &'s Split,
     /// Each side's layout, and the alignment of every placement.
@@ -225,8 +225,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<'s> Meetings<'s> {
-    /// The meeting points of one order placed on `split`, each side's structure laid out by
-    /// `layouts[side]`.
+    /// The meeting points of one order placed on `split`, each side's overlap structure laid
+    /// out by `layouts[side]` (each side's thread keeps its own).
     pub(super) fn new(split: &'s Split, layouts: Vec<&'s Layout>, alignment: i64) -> Self {
         Meetings {
             split,
