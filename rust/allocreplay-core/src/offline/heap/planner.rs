@@ -22,7 +22,7 @@ use std::sync::{mpsc, OnceLock};
 ///   (`guess`) first, and the other stopped once it has lost;
 /// - where the trace is not cut (too few intervals, or too many crossing the cuts), kTemporal on
 ///   a second thread while kSpatial runs on this one, each stopped once the other finished
-///   smaller;
+///   smaller (kTemporal at once where kSpatial finished at the live bytes);
 /// - on one core, kSpatial first, and kTemporal stopped once its heap reaches kSpatial's.
 pub fn plan(intervals: &[BufferInterval], alignment: i64) -> HeapPlan {
     choose_best(intervals, alignment, true, None)
@@ -68,7 +68,9 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
         let built: OnceLock<Planner> = OnceLock::new();
         let (keys_tx, keys_rx) = mpsc::sync_channel(1);
         let (planner_tx, planner_rx) = mpsc::sync_channel::<&Planner>(1);
-        return race(
+        // The live bytes bound every heap only when no chunk is shared.
+        let bound = max_live_bytes.filter(|_| intervals.iter().all(|x| x.colocations.is_empty()));
+        return race_below(
             |stop| {
                 let planner = built.get_or_init(|| Planner::new(intervals, alignment));
                 let _ = planner_tx.send(planner);
@@ -84,6 +86,7 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
                 let planner = planner_rx.recv().ok()?;
                 planner.run_in_below(planner.order(Strategy::Temporal, keys), offsets, stop)
             },
+            bound,
         );
     }
     // One core: kSpatial first. (The guess's tenth cost the captures kSpatial wins 10% here on
@@ -130,6 +133,16 @@ where
     S: FnOnce(&AtomicI64) -> Option<HeapPlan>,
     T: FnOnce(&AtomicI64) -> Option<HeapPlan> + Send,
 {
+    race_below(spatial, temporal, None)
+}
+
+/// [`race`], kTemporal stopped at once where kSpatial finished at `bound` (the live bytes,
+/// below which no heap is: kTemporal cannot be smaller, and kSpatial wins a tie).
+fn race_below<S, T>(spatial: S, temporal: T, bound: Option<i64>) -> HeapPlan
+where
+    S: FnOnce(&AtomicI64) -> Option<HeapPlan>,
+    T: FnOnce(&AtomicI64) -> Option<HeapPlan> + Send,
+{
     let token = crate::cancel::current();
     let (spatial_stop, temporal_stop) = (AtomicI64::new(i64::MAX), AtomicI64::new(i64::MAX));
     let (spatial, temporal) = std::thread::scope(|scope| {
@@ -146,7 +159,8 @@ where
         });
         let spatial = spatial(&spatial_stop);
         if let Some(p) = &spatial {
-            temporal_stop.store(p.heap_size, Ordering::Relaxed);
+            let stop = if bound.is_some_and(|b| p.heap_size <= b) { i64::MIN } else { p.heap_size };
+            temporal_stop.store(stop, Ordering::Relaxed);
         }
         (spatial, joined(temporal))
     });
@@ -300,8 +314,12 @@ pub fn plan_with_sides(intervals: &[BufferInterval], alignment: i64, strategy: S
 }
 
 /// Intervals from which [`plan`] runs its two orders on two threads (below, a thread costs
-/// more than it saves).
-const PARALLEL_FROM: usize = 20_000;
+/// about as much as it saves). Session 27, VM, two cores, `offline_plan -- TRACE` on
+/// ../shared/traces (plan_trace, fastest of ten): ddp2gpu rank 0 and rank 1 (5,828 intervals
+/// each) 0.035 s in turn against 0.027 s at once; gpt2_train default and gc06_capped (17,491)
+/// 0.022 s either way, and ring20k (6,895) 0.050 against 0.051 s: there kSpatial reaches the
+/// live bytes, and kTemporal stops as it finishes ([`race_below`]).
+const PARALLEL_FROM: usize = 2_048;
 
 /// One strategy only (`GlobalDecreasingSizeBestFitHeap::Finish`).
 pub fn plan_with(intervals: &[BufferInterval], alignment: i64, strategy: Strategy) -> HeapPlan {

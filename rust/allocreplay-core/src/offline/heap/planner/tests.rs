@@ -151,6 +151,39 @@ fn share_with_places_colocations_in_the_canonical_chunk() {
 }
 
 #[test]
+fn two_threads_with_the_live_bytes_bound_choose_what_one_thread_chooses() {
+    // `plan_heap_size` on two threads stops kTemporal once kSpatial finished at the live bytes:
+    // over inputs where either order wins and where kSpatial reaches the bound, the choice is
+    // the one both orders in full make.
+    let mut inputs: Vec<HeapBuilder> = (0..12u64)
+        .map(|seed| {
+            trace_like(
+                0x7A11_0000 + seed,
+                PARALLEL_FROM as u32 + 300,
+                [1, 4, 16][seed as usize % 3],
+                [50, 400, 5000][seed as usize / 3 % 3],
+            )
+        })
+        .collect();
+    // Everything live at once: kSpatial stacks them, at the live bytes.
+    let mut all = HeapBuilder::default();
+    for h in 0..PARALLEL_FROM as u32 + 300 {
+        all.alloc(h, h as u64, 256 * (1 + (h as i64 * 7919) % 97));
+    }
+    all.free_all_open();
+    inputs.push(all);
+    let (mut temporal_won, mut at_bound) = (0, 0);
+    for (k, b) in inputs.iter().enumerate() {
+        let (s, t) = (plan_with(&b.intervals, 256, Strategy::Spatial), plan_with(&b.intervals, 256, Strategy::Temporal));
+        let want = if t.heap_size < s.heap_size { t } else { s };
+        temporal_won += (want.strategy == Strategy::Temporal) as usize;
+        at_bound += (want.heap_size == b.max_live_bytes()) as usize;
+        assert_eq!(plan_heap_size(&b.intervals, 256, b.max_live_bytes()), (want.strategy, want.heap_size), "input {k}");
+    }
+    assert!(temporal_won > 0 && at_bound > 0, "kTemporal won {temporal_won}, at the live bytes {at_bound} of {}", inputs.len());
+}
+
+#[test]
 fn two_threads_give_what_one_gives() {
     // Enough intervals for `plan` to run kTemporal on a thread of its own.
     let mut rng = crate::test_rng::XorShift64::new(0x9E37_79B9_7F4A_7C15);
