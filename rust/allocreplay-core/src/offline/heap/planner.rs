@@ -44,11 +44,14 @@ pub fn plan_heap_size(intervals: &[BufferInterval], alignment: i64, max_live_byt
 
 fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_live_bytes: Option<i64>) -> HeapPlan {
     let cores = std::thread::available_parallelism().map_or(1, |p| p.get());
+    // The live bytes bound every heap only when no chunk is shared (NoFragmentationStatsHeap
+    // counts a ShareWith as an allocation of its own).
+    let bound = max_live_bytes.filter(|_| intervals.iter().all(|x| x.colocations.is_empty()));
     if cores >= 4 && intervals.len() >= split::SPLIT_FROM {
         // Each order cut in time into sides placed on threads of their own, both orders at
         // once.
         if let Some(split) = Split::new(intervals, alignment, (cores / 2).min(split::MAX_SIDES)) {
-            return choose_best_split(&split, alignment, offsets, max_live_bytes, Schedule::Race);
+            return choose_best_split(&split, alignment, offsets, bound, Schedule::Race);
         }
     }
     if (2..4).contains(&cores) && intervals.len() >= guess::GUESS_FROM {
@@ -58,7 +61,7 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
         // benches/RESULTS.md, session 26).
         if let Some(split) = Split::new(intervals, alignment, cores) {
             let first = Schedule::first(guess::temporal_likely(intervals, alignment));
-            return choose_best_split(&split, alignment, offsets, max_live_bytes, first);
+            return choose_best_split(&split, alignment, offsets, bound, first);
         }
     }
     if intervals.len() >= PARALLEL_FROM && cores > 1 {
@@ -68,8 +71,6 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
         let built: OnceLock<Planner> = OnceLock::new();
         let (keys_tx, keys_rx) = mpsc::sync_channel(1);
         let (planner_tx, planner_rx) = mpsc::sync_channel::<&Planner>(1);
-        // The live bytes bound every heap only when no chunk is shared.
-        let bound = max_live_bytes.filter(|_| intervals.iter().all(|x| x.colocations.is_empty()));
         return race_below(
             |stop| {
                 let planner = built.get_or_init(|| Planner::new(intervals, alignment));
@@ -94,9 +95,6 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
     // session 26.)
     let planner = Planner::new(intervals, alignment);
     let spatial = planner.run(Strategy::Spatial, offsets);
-    // The live bytes bound every heap only when no chunk is shared (NoFragmentationStatsHeap
-    // counts a ShareWith as an allocation of its own).
-    let bound = max_live_bytes.filter(|_| planner.colo.is_empty());
     debug_assert!(bound.is_none_or(|b| spatial.heap_size >= b) || crate::cancel::requested(), "a heap below the live bytes");
     after_spatial(spatial, bound, |stop| planner.run_below(Strategy::Temporal, offsets, stop))
 }
@@ -136,8 +134,7 @@ where
     race_below(spatial, temporal, None)
 }
 
-/// [`race`], kTemporal stopped at once where kSpatial finished at `bound` (the live bytes,
-/// below which no heap is: kTemporal cannot be smaller, and kSpatial wins a tie).
+/// [`race`], kTemporal stopped at once where kSpatial finished at `bound` ([`at_bound`]).
 fn race_below<S, T>(spatial: S, temporal: T, bound: Option<i64>) -> HeapPlan
 where
     S: FnOnce(&AtomicI64) -> Option<HeapPlan>,
@@ -159,7 +156,7 @@ where
         });
         let spatial = spatial(&spatial_stop);
         if let Some(p) = &spatial {
-            let stop = if bound.is_some_and(|b| p.heap_size <= b) { i64::MIN } else { p.heap_size };
+            let stop = if at_bound(p, bound) { i64::MIN } else { p.heap_size };
             temporal_stop.store(stop, Ordering::Relaxed);
         }
         (spatial, joined(temporal))
@@ -176,7 +173,7 @@ where
 /// given up once its heap reaches kSpatial's (on the generate captures, about two thirds of the
 /// way through its placements).
 fn after_spatial(spatial: HeapPlan, bound: Option<i64>, temporal: impl FnOnce(&AtomicI64) -> Option<HeapPlan>) -> HeapPlan {
-    if bound.is_some_and(|b| spatial.heap_size <= b) {
+    if at_bound(&spatial, bound) {
         return spatial;
     }
     match temporal(&AtomicI64::new(spatial.heap_size)) {
@@ -196,6 +193,12 @@ fn after_temporal(temporal: HeapPlan, spatial: impl FnOnce(&AtomicI64) -> Option
     }
 }
 
+/// Whether kSpatial's finished `spatial` reached `bound` (the live bytes, below which no heap
+/// is): kTemporal cannot be smaller, and kSpatial wins a tie, so kTemporal need not run.
+fn at_bound(spatial: &HeapPlan, bound: Option<i64>) -> bool {
+    bound.is_some_and(|b| spatial.heap_size <= b)
+}
+
 /// `ChooseBestHeapAlgorithm`'s pick: the smaller heap, kSpatial on a tie (it is listed first).
 fn smaller(spatial: HeapPlan, temporal: HeapPlan) -> HeapPlan {
     if temporal.heap_size < spatial.heap_size {
@@ -208,7 +211,7 @@ fn smaller(spatial: HeapPlan, temporal: HeapPlan) -> HeapPlan {
 /// [`choose_best`] on a [`Split`]: each order placed by one thread per side, both orders at
 /// once ([`Schedule::Race`]), or one after the other ([`after_spatial`] or [`after_temporal`];
 /// a split has no colocations, so the live bytes bound every heap).
-fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_bytes: Option<i64>, schedule: Schedule) -> HeapPlan {
+fn choose_best_split(split: &Split, alignment: i64, offsets: bool, bound: Option<i64>, schedule: Schedule) -> HeapPlan {
     let token = crate::cancel::current();
     let token = token.as_ref();
     // Each side's overlap structure, laid out on its own thread.
@@ -226,7 +229,7 @@ fn choose_best_split(split: &Split, alignment: i64, offsets: bool, max_live_byte
         Schedule::Race => race(|stop| run(Strategy::Spatial, stop), |stop| run(Strategy::Temporal, stop)),
         Schedule::SpatialFirst => {
             let spatial = run(Strategy::Spatial, &unbounded).expect("no heap reaches i64::MAX");
-            after_spatial(spatial, max_live_bytes, |stop| run(Strategy::Temporal, stop))
+            after_spatial(spatial, bound, |stop| run(Strategy::Temporal, stop))
         }
         Schedule::TemporalFirst => {
             let temporal = run(Strategy::Temporal, &unbounded).expect("no heap reaches i64::MAX");
