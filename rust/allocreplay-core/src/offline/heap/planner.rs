@@ -23,9 +23,10 @@ use std::sync::{mpsc, OnceLock};
 /// - where the trace is not cut (too few intervals, or too many crossing the cuts), kTemporal on
 ///   a second thread while kSpatial runs on this one, each stopped once the other finished
 ///   smaller (kTemporal at once where kSpatial finished at the live bytes);
-/// - on one core, kSpatial first, and kTemporal stopped once its heap reaches kSpatial's.
+/// - on one core, the likely winner first (`guess`, from 65,536 intervals; below, kSpatial),
+///   and the other stopped once it has lost.
 pub fn plan(intervals: &[BufferInterval], alignment: i64) -> HeapPlan {
-    choose_best(intervals, alignment, true, None)
+    choose_best(intervals, alignment, true, None, available_cores())
 }
 
 /// [`plan`]'s heap size and order only (`offsets` and `chunk_sizes` left empty): what the
@@ -38,12 +39,16 @@ pub fn plan(intervals: &[BufferInterval], alignment: i64) -> HeapPlan {
 ///
 /// [`HeapBuilder::max_live_bytes`]: super::HeapBuilder::max_live_bytes
 pub fn plan_heap_size(intervals: &[BufferInterval], alignment: i64, max_live_bytes: i64) -> (Strategy, i64) {
-    let p = choose_best(intervals, alignment, false, Some(max_live_bytes));
+    let p = choose_best(intervals, alignment, false, Some(max_live_bytes), available_cores());
     (p.strategy, p.heap_size)
 }
 
-fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_live_bytes: Option<i64>) -> HeapPlan {
-    let cores = std::thread::available_parallelism().map_or(1, |p| p.get());
+fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |p| p.get())
+}
+
+/// [`plan`] and [`plan_heap_size`] as run on `cores` cores.
+fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_live_bytes: Option<i64>, cores: usize) -> HeapPlan {
     // The live bytes bound every heap only when no chunk is shared (NoFragmentationStatsHeap
     // counts a ShareWith as an allocation of its own).
     let bound = max_live_bytes.filter(|_| intervals.iter().all(|x| x.colocations.is_empty()));
@@ -60,7 +65,7 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
         // two cores, 1.0-1.45x the two orders at once unsplit on seven real captures,
         // benches/RESULTS.md, session 26).
         if let Some(split) = Split::new(intervals, alignment, cores) {
-            let first = Schedule::first(guess::temporal_likely(intervals, alignment));
+            let first = Schedule::first(guess::temporal_likely(intervals, alignment, cores));
             return choose_best_split(&split, alignment, offsets, bound, first);
         }
     }
@@ -90,10 +95,16 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
             bound,
         );
     }
-    // One core: kSpatial first. (The guess's tenth cost the captures kSpatial wins 10% here on
-    // the GPU host, more than running kTemporal first saves on average; benches/RESULTS.md,
-    // session 26.)
+    // One core (the only way here with a trace this large): the likely winner first, the other
+    // stopped where it has lost. On the VM's one core the serving captures, where kTemporal
+    // wins, took 0.65 and 0.97 s kSpatial first against 0.44 and 0.69 s guessed; the generate
+    // captures, where kSpatial wins, paid the guess's kSpatial tenth (benches/RESULTS.md,
+    // session 28).
     let planner = Planner::new(intervals, alignment);
+    if intervals.len() >= guess::GUESS_FROM && guess::temporal_likely(intervals, alignment, 1) {
+        let temporal = planner.run(Strategy::Temporal, offsets);
+        return after_temporal(temporal, |stop| planner.run_below(Strategy::Spatial, offsets, stop));
+    }
     let spatial = planner.run(Strategy::Spatial, offsets);
     debug_assert!(bound.is_none_or(|b| spatial.heap_size >= b) || crate::cancel::requested(), "a heap below the live bytes");
     after_spatial(spatial, bound, |stop| planner.run_below(Strategy::Temporal, offsets, stop))

@@ -5,24 +5,29 @@
 //!
 //! The guess: both orders on the trace's first tenth (the intervals starting in the first tenth
 //! of the starts, cut off there). A generate or serving run repeats itself, and its first tenth
-//! already shows which order packs it tighter. Measured on the real captures (benches/RESULTS.md,
+//! already shows which order packs it tighter. With two cores or more the two orders of the
+//! tenth race on two threads; on one, kSpatial's runs first and kTemporal's stops once it has
+//! lost (where kSpatial wins, the guess then costs little more than kSpatial's tenth). Measured on the real captures (benches/RESULTS.md,
 //! session 26): right on all 16 of at least [`GUESS_FROM`] intervals it was tried on
 //! (`traces/cuda`, `traces/large` and two held-out recordings; kTemporal wins four), where the 2% of
 //! intervals around the peak of the live bytes guessed two kTemporal winners wrong. It costs a
 //! tenth of both orders' placements, run at once on two threads, the loser stopped once the
 //! other finished smaller.
 
-use super::{race, BufferInterval, Planner, Strategy};
+use std::sync::atomic::AtomicI64;
+
+use super::{at_bound, race_below, BufferInterval, Planner, Strategy};
 
 /// Intervals from which the orders are guessed (below, both orders are cheap).
 pub(super) const GUESS_FROM: usize = super::split::SPLIT_FROM;
 /// The guess plans the intervals starting in the first `1 / GUESS_PART` of the starts.
 const GUESS_PART: usize = 10;
 
-/// Whether kTemporal will likely give the smaller heap (strictly: kSpatial wins a tie). False
-/// below [`GUESS_FROM`] intervals and where intervals share chunks (colocations: a part of them
-/// would name intervals left out).
-pub(super) fn temporal_likely(iv: &[BufferInterval], alignment: i64) -> bool {
+/// Whether kTemporal will likely give the smaller heap (strictly: kSpatial wins a tie), the
+/// tenth's two orders run on `cores` cores (two at most). False below [`GUESS_FROM`] intervals
+/// and where intervals share chunks (colocations: a part of them would name intervals left
+/// out).
+pub(super) fn temporal_likely(iv: &[BufferInterval], alignment: i64, cores: usize) -> bool {
     if iv.len() < GUESS_FROM || iv.iter().any(|x| !x.colocations.is_empty() || !x.need_allocation) {
         return false;
     }
@@ -49,8 +54,32 @@ pub(super) fn temporal_likely(iv: &[BufferInterval], alignment: i64) -> bool {
         })
         .collect();
     let planner = Planner::new(&first, alignment);
-    // Both orders at once (the caller has two cores or more), each stopped once the other
-    // finished smaller.
-    race(|stop| planner.run_below(Strategy::Spatial, false, stop), |stop| planner.run_below(Strategy::Temporal, false, stop)).strategy
+    // Where kSpatial's heap of the tenth is its live bytes, kTemporal's cannot be smaller (a
+    // generate run whose kSpatial plan has no fragmentation): it is not run.
+    let bound = Some(max_live_bytes(&first, cut));
+    if cores < 2 {
+        // One after the other: kTemporal wins only below kSpatial's heap.
+        let spatial = planner.run(Strategy::Spatial, false);
+        return !at_bound(&spatial, bound) && planner.run_below(Strategy::Temporal, false, &AtomicI64::new(spatial.heap_size)).is_some();
+    }
+    // Both orders at once, each stopped once the other finished smaller.
+    race_below(|stop| planner.run_below(Strategy::Spatial, false, stop), |stop| planner.run_below(Strategy::Temporal, false, stop), bound)
+        .strategy
         == Strategy::Temporal
+}
+
+/// The most bytes live at once among `iv` (ends inclusive, none past `last`): no heap of them
+/// is smaller.
+pub(super) fn max_live_bytes(iv: &[BufferInterval], last: i64) -> i64 {
+    let mut change = vec![0i64; usize::try_from(last).unwrap_or(0) + 2];
+    for x in iv {
+        change[x.start as usize] += x.size;
+        change[x.end as usize + 1] -= x.size;
+    }
+    let (mut live, mut max) = (0i64, 0i64);
+    for c in change {
+        live += c;
+        max = max.max(live);
+    }
+    max
 }

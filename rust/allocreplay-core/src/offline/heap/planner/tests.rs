@@ -593,12 +593,48 @@ fn the_guess_names_the_winner_on_real_generate_captures() {
         assert!(iv.len() >= guess::GUESS_FROM, "{name}: {} intervals", iv.len());
         let alignment = crate::offline::default_alignment(&trace.metadata.source) as i64;
         let (s, t) = (plan_with(&iv, alignment, Strategy::Spatial), plan_with(&iv, alignment, Strategy::Temporal));
-        assert_eq!(
-            guess::temporal_likely(&iv, alignment),
-            t.heap_size < s.heap_size,
-            "{name}: kSpatial {} kTemporal {}",
-            s.heap_size,
-            t.heap_size
-        );
+        // The tenth's orders raced on two threads, or one after the other on one core: the
+        // same guess.
+        for cores in [1, 2] {
+            assert_eq!(
+                guess::temporal_likely(&iv, alignment, cores),
+                t.heap_size < s.heap_size,
+                "{name}, {cores} cores: kSpatial {} kTemporal {}",
+                s.heap_size,
+                t.heap_size
+            );
+        }
     }
+}
+
+#[test]
+fn one_core_places_the_likely_winner_first_and_chooses_what_both_orders_choose() {
+    // Real captures of at least GUESS_FROM intervals (traces/cuda, H200): kTemporal wins the
+    // first two, kSpatial the others. On one core the guessed winner runs first and the other
+    // stops where it has lost; on two, four and eight cores the orders are split. Every
+    // schedule gives the plan of both orders in full, offsets and all.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/cuda");
+    for name in ["opt_generate__default", "gpt2_generate__default", "llama_generate__default"] {
+        let path = dir.join(format!("{name}.pickle.xz"));
+        let trace =
+            crate::import::load(&path, &crate::import::ImportOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let device = trace.devices()[0];
+        let iv = crate::offline::trace_intervals(&trace, device, 0).expect("intervals");
+        let alignment = crate::offline::default_alignment(&trace.metadata.source) as i64;
+        let (s, t) = (plan_with(&iv, alignment, Strategy::Spatial), plan_with(&iv, alignment, Strategy::Temporal));
+        let want = if t.heap_size < s.heap_size { t } else { s };
+        for cores in [1, 2, 4, 8] {
+            let got = choose_best(&iv, alignment, true, None, cores);
+            assert_eq!((got.strategy, got.heap_size), (want.strategy, want.heap_size), "{name}, {cores} cores");
+            assert!(got.offsets == want.offsets && got.chunk_sizes == want.chunk_sizes, "{name}, {cores} cores: offsets");
+        }
+    }
+}
+
+#[test]
+fn the_live_bytes_of_a_part_are_its_peak() {
+    // [0, 2] 10 bytes, [1, 1] 5, [2, 4] 7, [5, 5] 30: 15 at time 1, 17 at 2, 30 at 5.
+    let part = [iv(0, 10, 0, 2), iv(1, 5, 1, 1), iv(2, 7, 2, 4), iv(3, 30, 5, 5)];
+    assert_eq!(guess::max_live_bytes(&part[..3], 4), 17);
+    assert_eq!(guess::max_live_bytes(&part, 5), 30);
 }
