@@ -56,7 +56,7 @@ pub(super) fn temporal_likely(iv: &[BufferInterval], alignment: i64, cores: usiz
     let planner = Planner::new(&first, alignment);
     // Where kSpatial's heap of the tenth is its live bytes, kTemporal's cannot be smaller (a
     // generate run whose kSpatial plan has no fragmentation): it is not run.
-    let bound = Some(max_live_bytes(&first, cut));
+    let bound = max_live_bytes(&first, cut);
     if cores < 2 {
         // One after the other: kTemporal wins only below kSpatial's heap.
         let spatial = planner.run(Strategy::Spatial, false);
@@ -68,18 +68,23 @@ pub(super) fn temporal_likely(iv: &[BufferInterval], alignment: i64, cores: usiz
         == Strategy::Temporal
 }
 
-/// The most bytes live at once among `iv` (ends inclusive, none past `last`): no heap of them
-/// is smaller.
-pub(super) fn max_live_bytes(iv: &[BufferInterval], last: i64) -> i64 {
-    let mut change = vec![0i64; usize::try_from(last).unwrap_or(0) + 2];
+/// The most bytes live at once among `iv` (ends inclusive, none past `last`), below which no
+/// heap of them is; `None` where the times are not a trace's (negative, reversed, or far more
+/// than two per interval), or the bytes overflow.
+pub(super) fn max_live_bytes(iv: &[BufferInterval], last: i64) -> Option<i64> {
+    let times = usize::try_from(last).ok().filter(|&t| t <= 4 * iv.len() + 16)?;
+    let mut change = vec![0i128; times + 2];
     for x in iv {
-        change[x.start as usize] += x.size;
-        change[x.end as usize + 1] -= x.size;
+        if x.start < 0 || x.end < x.start || x.end > last {
+            return None;
+        }
+        change[x.start as usize] += i128::from(x.size);
+        change[x.end as usize + 1] -= i128::from(x.size);
     }
-    let (mut live, mut max) = (0i64, 0i64);
+    let (mut live, mut max) = (0i128, 0i128);
     for c in change {
         live += c;
         max = max.max(live);
     }
-    max
+    i64::try_from(max).ok()
 }

@@ -635,6 +635,11 @@ fn one_core_places_the_likely_winner_first_and_chooses_what_both_orders_choose()
 fn the_live_bytes_of_a_part_are_its_peak() {
     // [0, 2] 10 bytes, [1, 1] 5, [2, 4] 7, [5, 5] 30: 15 at time 1, 17 at 2, 30 at 5.
     let part = [iv(0, 10, 0, 2), iv(1, 5, 1, 1), iv(2, 7, 2, 4), iv(3, 30, 5, 5)];
-    assert_eq!(guess::max_live_bytes(&part[..3], 4), 17);
-    assert_eq!(guess::max_live_bytes(&part, 5), 30);
+    assert_eq!(guess::max_live_bytes(&part[..3], 4), Some(17));
+    assert_eq!(guess::max_live_bytes(&part, 5), Some(30));
+    // Times that are not a trace's give no bound (and allocate nothing for them).
+    assert_eq!(guess::max_live_bytes(&[iv(0, 10, -1, 2)], 4), None);
+    assert_eq!(guess::max_live_bytes(&[iv(0, 10, 3, 2)], 4), None);
+    assert_eq!(guess::max_live_bytes(&[iv(0, 10, 0, 1 << 40)], 1 << 40), None);
+    assert_eq!(guess::max_live_bytes(&[iv(0, i64::MAX, 0, 1), iv(1, i64::MAX, 1, 1)], 1), None);
 }
