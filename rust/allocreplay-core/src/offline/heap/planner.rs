@@ -101,13 +101,8 @@ fn choose_best(intervals: &[BufferInterval], alignment: i64, offsets: bool, max_
     // captures, where kSpatial wins, paid the guess's kSpatial tenth (benches/RESULTS.md,
     // session 28).
     let planner = Planner::new(intervals, alignment);
-    if intervals.len() >= guess::GUESS_FROM && guess::temporal_likely(intervals, alignment, 1) {
-        let temporal = planner.run(Strategy::Temporal, offsets);
-        return after_temporal(temporal, |stop| planner.run_below(Strategy::Spatial, offsets, stop));
-    }
-    let spatial = planner.run(Strategy::Spatial, offsets);
-    debug_assert!(bound.is_none_or(|b| spatial.heap_size >= b) || crate::cancel::requested(), "a heap below the live bytes");
-    after_spatial(spatial, bound, |stop| planner.run_below(Strategy::Temporal, offsets, stop))
+    let first = Schedule::first(guess::temporal_likely(intervals, alignment, 1));
+    in_turn(first, bound, |strategy, stop| planner.run_below(strategy, offsets, stop))
 }
 
 /// How [`choose_best`] runs the two orders: at once ([`race`]), or one after the other, the
@@ -179,6 +174,20 @@ where
     }
 }
 
+/// One order after the other (`first`, [`Schedule::SpatialFirst`] or
+/// [`Schedule::TemporalFirst`]), the second stopped where it has lost ([`after_spatial`],
+/// [`after_temporal`]); `run` places an order, given up once its heap reaches the limit.
+fn in_turn(first: Schedule, bound: Option<i64>, run: impl Fn(Strategy, &AtomicI64) -> Option<HeapPlan>) -> HeapPlan {
+    let unbounded = AtomicI64::new(i64::MAX);
+    if first == Schedule::TemporalFirst {
+        let temporal = run(Strategy::Temporal, &unbounded).expect("no heap reaches i64::MAX");
+        return after_temporal(temporal, |stop| run(Strategy::Spatial, stop));
+    }
+    let spatial = run(Strategy::Spatial, &unbounded).expect("no heap reaches i64::MAX");
+    debug_assert!(bound.is_none_or(|b| spatial.heap_size >= b) || crate::cancel::requested(), "a heap below the live bytes");
+    after_spatial(spatial, bound, |stop| run(Strategy::Temporal, stop))
+}
+
 /// kTemporal after kSpatial's finished `spatial`: none where kSpatial reached `bound` (the live
 /// bytes, below which no heap is: kTemporal cannot be smaller, and kSpatial wins a tie), else
 /// given up once its heap reaches kSpatial's (on the generate captures, about two thirds of the
@@ -235,17 +244,9 @@ fn choose_best_split(split: &Split, alignment: i64, offsets: bool, bound: Option
         std::iter::once(first).chain(handles.into_iter().map(joined)).collect()
     });
     let run = |strategy: Strategy, stop: &AtomicI64| split_run_below(split, &planners, strategy, offsets, stop);
-    let unbounded = AtomicI64::new(i64::MAX);
     match schedule {
         Schedule::Race => race(|stop| run(Strategy::Spatial, stop), |stop| run(Strategy::Temporal, stop)),
-        Schedule::SpatialFirst => {
-            let spatial = run(Strategy::Spatial, &unbounded).expect("no heap reaches i64::MAX");
-            after_spatial(spatial, bound, |stop| run(Strategy::Temporal, stop))
-        }
-        Schedule::TemporalFirst => {
-            let temporal = run(Strategy::Temporal, &unbounded).expect("no heap reaches i64::MAX");
-            after_temporal(temporal, |stop| run(Strategy::Spatial, stop))
-        }
+        first => in_turn(first, bound, run),
     }
 }
 

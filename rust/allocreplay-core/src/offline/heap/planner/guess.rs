@@ -16,7 +16,7 @@
 
 use std::sync::atomic::AtomicI64;
 
-use super::{at_bound, race_below, BufferInterval, Planner, Strategy};
+use super::{in_turn, race_below, BufferInterval, Planner, Schedule, Strategy};
 
 /// Intervals from which the orders are guessed (below, both orders are cheap).
 pub(super) const GUESS_FROM: usize = super::split::SPLIT_FROM;
@@ -57,15 +57,15 @@ pub(super) fn temporal_likely(iv: &[BufferInterval], alignment: i64, cores: usiz
     // Where kSpatial's heap of the tenth is its live bytes, kTemporal's cannot be smaller (a
     // generate run whose kSpatial plan has no fragmentation): it is not run.
     let bound = max_live_bytes(&first, cut);
-    if cores < 2 {
-        // One after the other: kTemporal wins only below kSpatial's heap.
-        let spatial = planner.run(Strategy::Spatial, false);
-        return !at_bound(&spatial, bound) && planner.run_below(Strategy::Temporal, false, &AtomicI64::new(spatial.heap_size)).is_some();
-    }
-    // Both orders at once, each stopped once the other finished smaller.
-    race_below(|stop| planner.run_below(Strategy::Spatial, false, stop), |stop| planner.run_below(Strategy::Temporal, false, stop), bound)
-        .strategy
-        == Strategy::Temporal
+    let run = |strategy: Strategy, stop: &AtomicI64| planner.run_below(strategy, false, stop);
+    let chosen = if cores < 2 {
+        // One after the other, kSpatial first: kTemporal stops once it has lost.
+        in_turn(Schedule::SpatialFirst, bound, run)
+    } else {
+        // Both orders at once, each stopped once the other finished smaller.
+        race_below(|stop| run(Strategy::Spatial, stop), |stop| run(Strategy::Temporal, stop), bound)
+    };
+    chosen.strategy == Strategy::Temporal
 }
 
 /// The most bytes live at once among `iv` (ends inclusive, none past `last`), below which no
