@@ -12,6 +12,7 @@ import json
 import lzma
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -88,8 +89,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if os.environ.get("CI") == "true":
         missing = [m for m in CI_PACKAGES if importlib.util.find_spec(m) is None]
+        if not any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")):
+            missing.append("chromium (the report's browser tests)")
         if missing:
-            raise pytest.UsageError(f"CI=true but {', '.join(missing)} not installed: .ci/run's TEST_EXTRAS must install them")
+            raise pytest.UsageError(f"CI=true but {', '.join(missing)} not installed: .ci/run must install them (TEST_EXTRAS; chromium by apt)")
 
 
 def real_torch() -> bool:

@@ -1,7 +1,8 @@
 """`allocreplay report`: one self-contained HTML file, opened in a real browser.
 
-The browser is Debian's `chromium` (.ci/run installs it: `apt-get install -y chromium`); without
-it the browser test FAILS, since a skipped test would hide that the report was never rendered.
+The browser is Debian's `chromium` (.ci/run installs it: `apt-get install -y chromium`). Without
+it the browser tests FAIL under CI=true, since a skipped test there would hide that the report was
+never rendered; elsewhere (a fresh clone's `make test`) they are skipped, and pytest says why.
 The page is opened headless with a probe prepended that records script errors, console errors
 and every resource the page loads; the DOM is dumped after the page settled, and a screenshot
 is saved (`report.png` beside the report, under pytest's tmp_path; `ALLOCREPLAY_ARTIFACTS=DIR`
@@ -56,7 +57,9 @@ def _chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    pytest.fail("no chromium on PATH: the report must be checked in a real browser (apt-get install -y chromium)")
+    if os.environ.get("CI") == "true":
+        pytest.fail("no chromium on PATH: CI must check the report in a real browser (.ci/run: apt-get install -y chromium)", pytrace=False)
+    pytest.skip("no chromium on PATH: the report's browser test runs where there is one (apt-get install -y chromium; CI installs it)")
 
 
 def _browser(*args: str) -> subprocess.CompletedProcess[str]:
