@@ -6,13 +6,14 @@
 //! The guess: both orders on the trace's first tenth (the intervals starting in the first tenth
 //! of the starts, cut off there). A generate or serving run repeats itself, and its first tenth
 //! already shows which order packs it tighter. With two cores or more the two orders of the
-//! tenth race on two threads; on one, kSpatial's runs first and kTemporal's stops once it has
-//! lost (where kSpatial wins, the guess then costs little more than kSpatial's tenth). Measured on the real captures (benches/RESULTS.md,
-//! session 26): right on all 16 of at least [`GUESS_FROM`] intervals it was tried on
-//! (`traces/cuda`, `traces/large` and two held-out recordings; kTemporal wins four), where the 2% of
-//! intervals around the peak of the live bytes guessed two kTemporal winners wrong. It costs a
-//! tenth of both orders' placements, run at once on two threads, the loser stopped once the
-//! other finished smaller.
+//! tenth race on two threads, the loser stopped once the other finished smaller; on one,
+//! kSpatial's runs first and kTemporal's stops once it has lost (where kSpatial wins, the guess
+//! then costs little more than kSpatial's tenth). Either way kTemporal's tenth is skipped where
+//! kSpatial's is at the tenth's live bytes. Measured on the real captures (benches/RESULTS.md,
+//! sessions 26 and 28): right on all 18 of at least [`GUESS_FROM`] intervals it was tried on
+//! (`traces/cuda`, `traces/large` and two held-out recordings; kTemporal wins four), where the 2%
+//! of intervals around the peak of the live bytes guessed two kTemporal winners wrong, and a
+//! twentieth of the trace instead of a tenth guessed gpt2_generate wrong (session 29).
 
 use std::sync::atomic::AtomicI64;
 

@@ -578,20 +578,23 @@ fn either_order_first_chooses_what_both_orders_in_full_choose() {
     assert_eq!(winners.len(), 2, "winners: {winners:?}");
 }
 
+/// The intervals of `traces/cuda/NAME.pickle.xz`'s first device, as `offline` plans them, and
+/// the alignment it plans them with.
+fn cuda_capture_intervals(name: &str) -> (Vec<BufferInterval>, i64) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../traces/cuda/{name}.pickle.xz"));
+    let trace = crate::import::load(&path, &crate::import::ImportOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let iv = crate::offline::trace_intervals(&trace, trace.devices()[0], 0).expect("intervals");
+    (iv, crate::offline::default_alignment(&trace.metadata.source) as i64)
+}
+
 #[test]
 fn the_guess_names_the_winner_on_real_generate_captures() {
     // Real captures of at least GUESS_FROM intervals (traces/cuda, H200): two where kTemporal
     // wins, two where kSpatial does. The guess only orders the work; here it is held to what
     // benches/RESULTS.md (session 26) measured it to be.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/cuda");
     for name in ["opt_generate__default", "gpt2_generate__default", "llama_generate__default", "gemma_generate_b__default"] {
-        let path = dir.join(format!("{name}.pickle.xz"));
-        let trace =
-            crate::import::load(&path, &crate::import::ImportOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let device = trace.devices()[0];
-        let iv = crate::offline::trace_intervals(&trace, device, 0).expect("intervals");
+        let (iv, alignment) = cuda_capture_intervals(name);
         assert!(iv.len() >= guess::GUESS_FROM, "{name}: {} intervals", iv.len());
-        let alignment = crate::offline::default_alignment(&trace.metadata.source) as i64;
         let (s, t) = (plan_with(&iv, alignment, Strategy::Spatial), plan_with(&iv, alignment, Strategy::Temporal));
         // The tenth's orders raced on two threads, or one after the other on one core: the
         // same guess.
@@ -613,14 +616,8 @@ fn one_core_places_the_likely_winner_first_and_chooses_what_both_orders_choose()
     // first two, kSpatial the others. On one core the guessed winner runs first and the other
     // stops where it has lost; on two, four and eight cores the orders are split. Every
     // schedule gives the plan of both orders in full, offsets and all.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/cuda");
     for name in ["opt_generate__default", "gpt2_generate__default", "llama_generate__default"] {
-        let path = dir.join(format!("{name}.pickle.xz"));
-        let trace =
-            crate::import::load(&path, &crate::import::ImportOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let device = trace.devices()[0];
-        let iv = crate::offline::trace_intervals(&trace, device, 0).expect("intervals");
-        let alignment = crate::offline::default_alignment(&trace.metadata.source) as i64;
+        let (iv, alignment) = cuda_capture_intervals(name);
         let (s, t) = (plan_with(&iv, alignment, Strategy::Spatial), plan_with(&iv, alignment, Strategy::Temporal));
         let want = if t.heap_size < s.heap_size { t } else { s };
         for cores in [1, 2, 4, 8] {
