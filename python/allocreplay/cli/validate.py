@@ -44,11 +44,15 @@ def validate_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | N
         sys.exit(1)
 
 
-def _pair(rec: int | None, rep: int, fmt: Callable[[int], str] = lambda x: f"{x:,}") -> str:
+def _pair(rec: int | None, rep: int, fmt: Callable[[int], str] = lambda x: f"{x:,}", unit: str = "") -> str:
     if rec is None:
         return f"{fmt(rep)} (not recorded)"
-    mark = "=" if rec == rep else "≠"
-    return f"{fmt(rep)} {mark} recorded {fmt(rec)}"
+    if rec == rep:
+        return f"{fmt(rep)} = recorded {fmt(rec)}"
+    # Rounded GiB of a near miss read alike ("2.25 GiB ≠ recorded 2.25 GiB"): the difference is
+    # given exactly, and relative to the recorded value.
+    diff = f"{rep - rec:+,}{unit}" + (f", {(rep - rec) / rec:+.3%}" if rec else "")
+    return f"{fmt(rep)} ≠ recorded {fmt(rec)} ({diff})"
 
 
 def _print_validation(r: ValidationReport | BfcValidationReport) -> None:
@@ -58,9 +62,9 @@ def _print_validation(r: ValidationReport | BfcValidationReport) -> None:
         rows.append(("allocator", f"{r.allocator} replayed as {r.policy} (settings {r.settings_source})"))
         rows.append(("chunks as recorded", f"{r.chunk_match:.4%} of {r.events:,} events"))
         rows.append(("bytes in use as recorded", f"{r.in_use_match:.4%} of {r.events:,} events"))
-        rows.append(("peak in use", _pair(r.peak_in_use_recorded, r.peak_in_use_replayed, gib)))
+        rows.append(("peak in use", _pair(r.peak_in_use_recorded, r.peak_in_use_replayed, gib, " bytes")))
         if r.pool_bytes_recorded is not None:
-            rows.append(("pool bytes", _pair(r.pool_bytes_recorded, r.pool_bytes_replayed, gib)))
+            rows.append(("pool bytes", _pair(r.pool_bytes_recorded, r.pool_bytes_replayed, gib, " bytes")))
         rows.append(("allocations at the recorded address", f"{r.address_match:.4%} of {r.allocs:,}"))
     else:
         if r.settings_assumed:
@@ -80,8 +84,8 @@ def _print_validation(r: ValidationReport | BfcValidationReport) -> None:
                 + f" ({r.segment_events_recorded:,} recorded, {r.segment_events_replayed:,} replayed)",
             )
         )
-        rows.append(("peak reserved", _pair(r.peak_reserved_recorded, r.peak_reserved_replayed, gib)))
-        rows.append(("peak allocated", _pair(r.peak_allocated_recorded, r.peak_allocated_replayed, gib)))
+        rows.append(("peak reserved", _pair(r.peak_reserved_recorded, r.peak_reserved_replayed, gib, " bytes")))
+        rows.append(("peak allocated", _pair(r.peak_allocated_recorded, r.peak_allocated_replayed, gib, " bytes")))
         rows.append(("alloc retries", _pair(r.num_alloc_retries_recorded, r.num_alloc_retries_replayed)))
         rows.append(("OOMs", _pair(r.num_ooms_recorded, r.num_ooms_replayed)))
     width = max(len(k) for k, _ in rows)
