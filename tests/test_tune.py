@@ -58,6 +58,26 @@ def test_cli_prints_the_winner(run_cli):
     allocreplay.replay(TWO, [r["policy"] for r in rows], placements=False)
 
 
+def test_where_no_setting_fits_it_says_which_limit_would(run_cli):
+    # 14 GiB: below the real capped run's 16,927,914,803, under which the default allocator ran
+    # to the end with 3 retries and no OOM (gpt2_train__default_capped.json).
+    r = run_cli("tune", GPT2, "--capacity", "14GiB", "--budget", "24")
+    assert r.code == 0, r.err
+    assert "no setting fits" in r.out, r.out
+    line = next(x for x in r.out.splitlines() if x.startswith("smallest limits that fit"))
+    defaults = int(line.split("the defaults at ")[1].split("(")[1].split(" bytes")[0].replace(",", ""))
+    assert defaults == allocreplay.analysis.smallest_fitting_capacity(GPT2, "pytorch", above=14 << 30)
+    # The real run fitted under its cap, so the limit found is no larger; it fits, and 2 MiB
+    # less (the bisection's last failure) does not.
+    assert 14 << 30 < defaults <= CAP
+    at = allocreplay.replay(GPT2, ["pytorch"], capacity=defaults, placements=False).summary.row(0, named=True)
+    below = allocreplay.replay(GPT2, ["pytorch"], capacity=defaults - (2 << 20), placements=False).summary.row(0, named=True)
+    assert at["fits"] and at["num_ooms"] == 0 and not below["fits"]
+    # A resolution below one byte is refused.
+    with pytest.raises(errors.InvalidArgumentError):
+        allocreplay.analysis.smallest_fitting_capacity(GPT2, resolution=0)
+
+
 def test_search_space_comes_from_the_registry():
     # tf: allow_growth, garbage_collection (2 each) x memory_limit (unset + 3): the whole grid.
     assert grid_size("tf") == 16

@@ -44,6 +44,7 @@ __all__ = [
     "live_allocations",
     "oom",
     "segments",
+    "smallest_fitting_capacity",
     "state",
     "storage_tags",
     "top_call_sites",
@@ -141,6 +142,61 @@ def limits(trace: Trace | str | os.PathLike[str], capacity: str | float | None =
     # `ideal` (the live bytes) builds no allocator, so it runs on every trace, and fast.
     s = _api.replay(t, ["ideal"], capacity, timeline_points=1, placements=False).summary
     return s.select("device", "capacity_bytes", "capacity_source").sort("device")
+
+
+_MIB = 1 << 20
+# The largest limit `smallest_fitting_capacity` tries: a policy that runs out of memory even
+# there is reported as not fitting at any limit.
+_CEILING = 1 << 40
+
+
+def smallest_fitting_capacity(
+    traces: Trace | str | os.PathLike[str] | list[Trace | str | os.PathLike[str]],
+    policy: str = "pytorch",
+    *,
+    above: int = 0,
+    resolution: int = 2 * _MIB,
+) -> int | None:
+    """The smallest device limit, in bytes, at which ``policy`` fits every trace (no OOM; for
+    ``cuda-async``, the predicted range's high end within the limit: the ``fits`` column of every
+    replay), found by bisection between ``above`` and the policy's peak without a limit, to
+    ``resolution`` bytes; ``None`` when it does not fit even at 1 TiB.
+
+    Each candidate limit is replayed; the one returned was replayed and fits. A caching
+    allocator frees its cache and retries when it meets the limit, so fitting need not be
+    monotone in the limit: this is the smallest limit the bisection met, not a proof that no
+    smaller one fits. What ``tune`` prints when no setting fits."""
+    if resolution < 1:
+        raise InvalidArgumentError(f"resolution must be at least 1 byte, got {resolution}")
+    ts = [_trace(t) for t in traces] if isinstance(traces, list) else [_trace(traces)]
+
+    def run(cap: int) -> list[pl.DataFrame]:
+        return [_api.replay(t, [policy], cap, timeline_points=1, placements=False).summary for t in ts]
+
+    def fits(cap: int) -> bool:
+        return all(bool(s["fits"].all()) for s in run(cap))
+
+    free = run(_CEILING)
+    if not all(bool(s["fits"].all()) for s in free):
+        return None
+    # Under a limit at its own peak the policy makes the same decisions as without one (it
+    # never met the limit); cuda-async's verdict reads its range's high end.
+    peak = max(int(s.select(pl.max_horizontal("peak_reserved_bytes", "peak_reserved_high_bytes")).max().item() or 0) for s in free)
+    hi = min(-(-max(peak, 1) // resolution) * resolution, _CEILING)
+    while not fits(hi):
+        hi = min(2 * hi, _CEILING)
+    lo = max(above, 0)
+    if lo >= hi or fits(lo):
+        return min(lo, hi)
+    while hi - lo > resolution:
+        mid = lo + (hi - lo) // 2 // resolution * resolution
+        if mid <= lo:
+            break
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _state_tables(t: Trace, policy: str, at: str | int, capacity: str | float | None) -> tuple[pl.DataFrame, ...]:
