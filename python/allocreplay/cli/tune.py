@@ -152,8 +152,8 @@ def _print_smallest_limits(loaded: list[Trace], capacity: str | None, best: dict
     candidate replayed)."""
     in_use = [cap for t in loaded for _, cap, _ in analysis.limits(t, capacity).iter_rows() if cap is not None]
     above = min(in_use, default=0)
-    found = [("#1", str(best["policy"]))]
-    if defaults.height and not bool(defaults["is_default"][0] and best["is_default"]):
+    found = [("#1 (the defaults)" if best["is_default"] else "#1", str(best["policy"]))]
+    if defaults.height and not best["is_default"]:
         found.append(("the defaults", str(defaults["policy"][0])))
     parts = []
     for label, policy in found:
