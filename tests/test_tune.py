@@ -80,6 +80,25 @@ def test_where_no_setting_fits_it_says_which_limit_would(run_cli):
         allocreplay.analysis.smallest_fitting_capacity(GPT2, resolution=0)
 
 
+def test_smallest_fitting_capacity_reads_the_verdict_of_every_trace_and_policy():
+    # Several traces: the limit fits every one, and 2 MiB less fails at least one.
+    both = [GPT2, TWO]
+    cap = allocreplay.analysis.smallest_fitting_capacity(both, "pytorch", above=1 << 30)
+    assert cap is not None
+
+    def verdicts(limit: int, policy: str = "pytorch") -> list[bool]:
+        return [bool(allocreplay.replay(t, [policy], capacity=limit, placements=False).summary["fits"].all()) for t in both]
+
+    assert all(verdicts(cap)) and not all(verdicts(cap - (2 << 20)))
+    # cuda-async: "fits" reads the predicted range's high end, so the limit found holds it.
+    cap = allocreplay.analysis.smallest_fitting_capacity(GPT2, "cuda-async", above=1 << 30)
+    assert cap is not None
+    row = allocreplay.replay(GPT2, ["cuda-async"], capacity=cap, placements=False).summary.row(0, named=True)
+    assert row["fits"] and row["peak_reserved_high_bytes"] <= cap
+    below = allocreplay.replay(GPT2, ["cuda-async"], capacity=cap - (2 << 20), placements=False).summary.row(0, named=True)
+    assert not below["fits"]
+
+
 def test_search_space_comes_from_the_registry():
     # tf: allow_growth, garbage_collection (2 each) x memory_limit (unset + 3): the whole grid.
     assert grid_size("tf") == 16
