@@ -163,3 +163,33 @@ def test_a_truncated_history_s_report_says_what_it_assumes(tmp_path):
     whole = tmp_path / "w.html"
     assert run_subprocess("report", TRACES / "two_streams__default.pickle.xz", "-p", "pytorch", "-o", whole).code == 0
     assert "Assumed:" not in whole.read_text()
+
+
+def _policy_table(path: Path) -> tuple[list[str], list[list[str]]]:
+    text = path.read_text()
+    table = text[text.index("<table>") : text.index("</table>")]
+    head = re.findall(r"<th>(.*?)</th>", table)
+    rows = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", table) if "<td>" in r]
+    return head, rows
+
+
+def test_the_policy_table_shows_a_range_only_where_a_policy_has_one(tmp_path):
+    import allocreplay
+
+    trace = TRACES / "two_streams__default.pickle.xz"
+    plain, spread = tmp_path / "p.html", tmp_path / "s.html"
+    assert run_subprocess("report", trace, "-p", "pytorch", "-o", plain).code == 0
+    head, _ = _policy_table(plain)
+    # The verdict column says what `fits` would; a caching allocator's replay has no range.
+    assert "verdict" in head and "fits" not in head
+    assert not any("range" in h for h in head), head
+    # cuda-async's predicted range (docs/cuda-async-band.md), in GiB, the ends the replay gives.
+    assert run_subprocess("report", trace, "-p", "pytorch", "-p", "cuda-async", "-o", spread).code == 0
+    head, rows = _policy_table(spread)
+    low, high = head.index("peak reserved, range low"), head.index("peak reserved, range high")
+    row = next(r for r in rows if r[head.index("policy")] == "cuda-async")
+    s = allocreplay.replay(trace, ["cuda-async"], placements=False).summary.row(0, named=True)
+    assert s["peak_reserved_low_bytes"] < s["peak_reserved_high_bytes"]
+    from allocreplay._api import format_bytes
+
+    assert (row[low], row[high]) == (format_bytes(s["peak_reserved_low_bytes"]), format_bytes(s["peak_reserved_high_bytes"]))

@@ -308,10 +308,18 @@ def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: st
     )
     if ranked["error"].null_count() == ranked.height:
         ranked = ranked.drop("error")
+    # The verdict says what `fits` does; the predicted range (cuda-async's) is shown only where a
+    # policy has one, low and high apart: for the others both ends are the replay's peak.
+    ranked = ranked.drop("fits")
+    spread = ranked.filter(pl.col("peak_reserved_low_bytes") != pl.col("peak_reserved_high_bytes"))
+    if spread.is_empty():
+        ranked = ranked.drop("peak_reserved_low_bytes", "peak_reserved_high_bytes")
     size = lambda v: _gib(v)  # noqa: E731
     table = _table(
         ranked.drop("first_oom_requested_bytes", "num_ooms", "capacity_source").rename(
             {
+                "peak_reserved_low_bytes": "peak reserved, range low",
+                "peak_reserved_high_bytes": "peak reserved, range high",
                 "peak_reserved_bytes": "peak reserved",
                 "peak_allocated_bytes": "peak allocated",
                 "device_calls": "device calls",
@@ -321,10 +329,13 @@ def build_report(trace: Trace, result: ReplayResult, *, title: str, capacity: st
                 "capacity_bytes": "capacity",
                 "oom": "verdict",
             }
-            | ({"error": "why it could not run"} if "error" in ranked.columns else {})
+            | ({"error": "why it could not run"} if "error" in ranked.columns else {}),
+            strict=False,
         ),
         {
             "peak reserved": size,
+            "peak reserved, range low": size,
+            "peak reserved, range high": size,
             "peak allocated": size,
             "capacity": size,
             "efficiency": lambda v: f"{v:.1%}",
