@@ -176,6 +176,20 @@ def test_compare_cli_puts_a_policy_that_fits_first_and_names_the_oom_call_site(r
     assert lines[3].split()[:2] == ["1", EXPANDABLE] and "fits" in lines[3]
 
 
+def test_compare_cli_says_which_limit_would_fit_where_none_does(run_cli):
+    gpt2 = shared("gpt2_train__default.pickle.xz")
+    run = run_cli("compare", gpt2, "-p", "pytorch", "-p", EXPANDABLE, "--capacity", "14GiB")
+    assert run.code == 0, run.err
+    line = next(x for x in run.out.splitlines() if x.startswith("smallest limits that fit"))
+    for policy in (EXPANDABLE, "pytorch"):
+        cap = allocreplay.analysis.smallest_fitting_capacity(gpt2, policy, above=14 << 30)
+        assert cap is not None
+        assert f"{policy} at " in line and line.split(f"{policy} at ")[1].split(")")[0].endswith(f"({cap:,} bytes")
+    # Where one fits (expandable segments at 15 GiB, above), nothing more is said.
+    fits = run_cli("compare", gpt2, "-p", "pytorch", "-p", EXPANDABLE, "--capacity", "15GiB")
+    assert fits.code == 0 and "smallest limits" not in fits.out
+
+
 def test_compare_cli_errors_are_one_line():
     run = run_subprocess("compare", TRACES / "two_streams__default.pickle.xz", "-p", "nope")
     assert run.code == 2 and run.err.count("\n") == 1 and run.err.startswith("error:")

@@ -45,6 +45,19 @@ def has_range(rows: Any) -> bool:
     return any(r.get("peak_reserved_low_bytes") != r.get("peak_reserved_high_bytes") for r in rows)
 
 
+def smallest_limits(loaded: Sequence[Trace], capacity: str | None, policies: Sequence[tuple[str, str]]) -> str:
+    """Where no policy fits: the line saying at which limit each of ``policies`` (label, spec)
+    would, on every trace (analysis.smallest_fitting_capacity: a bisection to 2 MiB from the
+    smallest limit in use, each candidate replayed). What `tune` and `compare` print."""
+    in_use = [cap for t in loaded for _, cap, _ in analysis.limits(t, capacity).iter_rows() if cap is not None]
+    above = min(in_use, default=0)
+    parts = []
+    for label, policy in policies:
+        cap = analysis.smallest_fitting_capacity(list(loaded), policy, above=above)
+        parts.append(f"{label} at {'no limit up to 1 TiB' if cap is None else f'{gib(cap)} ({cap:,} bytes)'}")
+    return f"smallest limits that fit (every trace; bisection to 2 MiB, each replayed): {', '.join(parts)}"
+
+
 def progress_bar(label: str, quiet: bool = False) -> Bar:
     """A progress line on stderr while Rust works with the GIL released (see
     :mod:`allocreplay.progress`): only on a terminal, not with ``quiet``, and only once the

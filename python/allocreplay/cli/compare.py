@@ -7,7 +7,7 @@ import json
 import click
 
 from allocreplay import analysis
-from allocreplay.cli._common import CAPACITY_SOURCES, RANGE_NOTE, gib, has_range, peak_range, replayed, table
+from allocreplay.cli._common import CAPACITY_SOURCES, RANGE_NOTE, gib, has_range, peak_range, replayed, smallest_limits, table
 from allocreplay.cli._options import capacity_option, meta_option, policies_option, quiet_option
 
 
@@ -66,3 +66,13 @@ def compare_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_
     click.echo(table(rows, header, text_columns=(0, 1, 8, 9, 10) if failed else (0, 1, 8, 9)))
     if has_range(ranked.iter_rows(named=True)):
         click.echo(RANGE_NOTE)
+    ran = ranked.filter(ranked["error"].is_null())
+    if ran.height and not ran["fits"].any():
+        # None fits: at which limit each would (the first few, in rank order).
+        shown = list(dict.fromkeys(ran["policy"]))[:_LIMITS_FOR]
+        click.echo(smallest_limits([t], capacity, [(p, p) for p in shown]))
+
+
+# Policies `compare` finds the smallest fitting limit of, where none fits (a bisection of about
+# a dozen replays each).
+_LIMITS_FOR = 4

@@ -8,12 +8,11 @@ import time
 from collections.abc import Sequence
 
 import click
-import polars as pl
 
 from allocreplay import analysis
 from allocreplay._api import Trace
 from allocreplay._tune import BACKENDS, FRAMEWORKS, OBJECTIVES, framework_of, grid_size, search_space, tune
-from allocreplay.cli._common import CAPACITY_SOURCES, check_capacity, count, gib, load_trace, table
+from allocreplay.cli._common import CAPACITY_SOURCES, check_capacity, count, gib, load_trace, smallest_limits, table
 from allocreplay.cli._options import fit_in_capacity_option, meta_option
 
 
@@ -140,26 +139,13 @@ def tune_cmd(
         click.echo(f"no setting can run: {' '.join(best['error'].split())}")
     else:
         click.echo("no setting fits: every one runs out of memory on at least one trace")
-        _print_smallest_limits(loaded, capacity, best, d)
+        found = [("#1 (the defaults)" if best["is_default"] else "#1", str(best["policy"]))]
+        if d.height and not best["is_default"]:
+            found.append(("the defaults", str(d["policy"][0])))
+        click.echo(smallest_limits(loaded, capacity, found))
     failures = ranked.filter(ranked["error"].is_not_null())
     if failures.height and failures.height > (failures["rank"] <= top).sum():
         click.echo(f"{failures.height:,} settings cannot run on these traces (the last ranks; --json lists them with their reasons)")
-
-
-def _print_smallest_limits(loaded: list[Trace], capacity: str | None, best: dict[str, object], defaults: pl.DataFrame) -> None:
-    """What limit would fit: for the best-ranked setting and the defaults, the smallest limit on
-    every trace at which each fits (analysis.smallest_fitting_capacity: bisection to 2 MiB, each
-    candidate replayed)."""
-    in_use = [cap for t in loaded for _, cap, _ in analysis.limits(t, capacity).iter_rows() if cap is not None]
-    above = min(in_use, default=0)
-    found = [("#1 (the defaults)" if best["is_default"] else "#1", str(best["policy"]))]
-    if defaults.height and not best["is_default"]:
-        found.append(("the defaults", str(defaults["policy"][0])))
-    parts = []
-    for label, policy in found:
-        cap = analysis.smallest_fitting_capacity(list(loaded), policy, above=above)
-        parts.append(f"{label} at {'no limit up to 1 TiB' if cap is None else f'{gib(cap)} ({cap:,} bytes)'}")
-    click.echo(f"smallest limits that fit (every trace; bisection to 2 MiB, each replayed): {', '.join(parts)}")
 
 
 def _tune_limits(loaded: list[Trace], names: Sequence[str], capacity: str | None) -> str:
