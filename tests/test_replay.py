@@ -196,3 +196,15 @@ def test_replay_reads_arrow_traces(tmp_path, run_cli):
     for x in a + b:
         x.pop("replay_seconds")
     assert a == b
+
+
+def test_the_cli_says_what_to_do_when_a_policy_does_not_fit(run_cli):
+    # 14 GiB: below the peak gpt2_train's default allocator needs (the real capped run reserved
+    # 16,827,547,648 bytes, gpt2_train__default_capped.json); two_streams fits its device.
+    gpt2 = shared("gpt2_train__default.pickle.xz")
+    run = run_cli("replay", gpt2, "-p", "pytorch", "-p", "pytorch:expandable_segments:True", "--capacity", "14GiB")
+    assert run.code == 0, run.err
+    hint = [x for x in run.out.splitlines() if "not fit this limit" in x]
+    assert len(hint) == 1 and hint[0].startswith("pytorch, pytorch:expandable_segments:True do not fit") and "allocreplay tune" in hint[0]
+    fits = run_cli("replay", TRACES / "two_streams__default.pickle.xz")
+    assert fits.code == 0 and "not fit" not in fits.out

@@ -139,4 +139,11 @@ def replay_cmd(
     report.append(table(rows, header, text_columns))
     if has_range(summary.iter_rows(named=True)):
         report.append(RANGE_NOTE)
+    unfit = list(dict.fromkeys(r["policy"] for r in summary.iter_rows(named=True) if r["error"] is None and not r["fits"]))
+    if unfit:
+        # What to do next: the commands that say which limit or which setting would fit.
+        report.append(
+            f"{', '.join(unfit)} {'does' if len(unfit) == 1 else 'do'} not fit this limit: `allocreplay tune` finds the "
+            "settings that would, and where none does, the smallest limit that fits"
+        )
     click.echo("\n".join(report), err=stdout_taken)
