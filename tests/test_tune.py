@@ -75,6 +75,8 @@ def test_where_no_setting_fits_it_says_which_limit_would(run_cli):
     at = allocreplay.replay(GPT2, ["pytorch"], capacity=defaults, placements=False).summary.row(0, named=True)
     below = allocreplay.replay(GPT2, ["pytorch"], capacity=defaults - (2 << 20), placements=False).summary.row(0, named=True)
     assert at["fits"] and at["num_ooms"] == 0 and not below["fits"]
+    # From the default `above` (0) as well: the same limit, found from further down.
+    assert allocreplay.analysis.smallest_fitting_capacity(GPT2, "pytorch") == defaults
     # A resolution below one byte is refused.
     with pytest.raises(errors.InvalidArgumentError):
         allocreplay.analysis.smallest_fitting_capacity(GPT2, resolution=0)

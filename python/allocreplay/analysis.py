@@ -185,8 +185,9 @@ def smallest_fitting_capacity(
     hi = min(-(-max(peak, 1) // resolution) * resolution, _CEILING)
     while not fits(hi):
         hi = min(2 * hi, _CEILING)
+    # No replay runs at a limit of 0 (refused as a capacity): below every peak, it cannot fit.
     lo = max(above, 0)
-    if lo >= hi or fits(lo):
+    if lo >= hi or (lo > 0 and fits(lo)):
         return min(lo, hi)
     while hi - lo > resolution:
         mid = lo + (hi - lo) // 2 // resolution * resolution
