@@ -173,11 +173,14 @@ def smallest_fitting_capacity(
     def run(cap: int) -> list[pl.DataFrame]:
         return [_api.replay(t, [policy], cap, timeline_points=1, placements=False).summary for t in ts]
 
+    def every_fits(summaries: list[pl.DataFrame]) -> bool:
+        return all(bool(s["fits"].all()) for s in summaries)
+
     def fits(cap: int) -> bool:
-        return all(bool(s["fits"].all()) for s in run(cap))
+        return every_fits(run(cap))
 
     free = run(_CEILING)
-    if not all(bool(s["fits"].all()) for s in free):
+    if not every_fits(free):
         return None
     # Under a limit at its own peak the policy makes the same decisions as without one (it
     # never met the limit); cuda-async's verdict reads its range's high end.

@@ -10,6 +10,10 @@ from allocreplay import analysis
 from allocreplay.cli._common import CAPACITY_SOURCES, RANGE_NOTE, gib, has_range, peak_range, replayed, smallest_limits, table
 from allocreplay.cli._options import capacity_option, meta_option, policies_option, quiet_option
 
+# Policies `compare` finds the smallest fitting limit of, where none fits (a bisection of about
+# a dozen replays each).
+_LIMITS_FOR = 4
+
 
 @click.command("compare")
 @click.argument("trace")
@@ -71,8 +75,3 @@ def compare_cmd(trace: str, policies: tuple[str, ...], capacity: str | None, as_
         # None fits: at which limit each would (the first few, in rank order).
         shown = list(dict.fromkeys(ran["policy"]))[:_LIMITS_FOR]
         click.echo(smallest_limits([t], capacity, [(p, p) for p in shown]))
-
-
-# Policies `compare` finds the smallest fitting limit of, where none fits (a bisection of about
-# a dozen replays each).
-_LIMITS_FOR = 4
