@@ -37,3 +37,10 @@ CORE_SIDE_BY_SIDE_POLICIES=offline run taskset -c 2 python3 benches/core_side_by
 [ -n "${SKIP2:-}" ] || CORE_SIDE_BY_SIDE_POLICIES=offline run taskset -c 2,3 python3 benches/core_side_by_side.py ${ROUNDS1:-2} $A
 uptime | tee -a $R
 ls -la $OUT
+# Session 31: where the driver's own memory goes in vit_b32_train (issue 29: the model misplaces
+# its 12 MiB segments, docs/driver-address-space.md): watch.py's full output (every driver event
+# with the host mappings that changed), run only when the script has time left.
+if [ $SECONDS -lt ${PROBE_BEFORE:-430} ]; then
+  (cd research/driver-probes/s23 && timeout $(( 560 - SECONDS )) python3 watch.py vit_b32_train > $OUT/vit_b32_watch.txt 2>&1; echo "watch rc=$?" >> $OUT/vit_b32_watch.txt)
+  tail -3 $OUT/vit_b32_watch.txt
+fi
