@@ -76,7 +76,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         "max_split_size_mb",
         OptionType::Integer,
         OptDefault::Unset("unlimited"),
-        "blocks above this size (MiB, > 20) are never split",
+        "blocks above this size (MiB, >= 20) are never split",
     )
     .search(&["64", "128", "256", "512", "1024"]),
     OptionSpec::new(
@@ -97,7 +97,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         "max_non_split_rounding_mb",
         OptionType::Integer,
         OptDefault::Unset("kLargeBuffer, 20 MiB"),
-        "an oversize cached block serves a request up to this many MiB smaller (> 20)",
+        "an oversize cached block serves a request up to this many MiB smaller (>= 20)",
     )
     .search(&["64", "256"]),
     OptionSpec::new(
@@ -158,18 +158,21 @@ impl PytorchConfig {
         let mut c = PytorchConfig::default();
         for (key, value) in super::entry::items(&ENTRY, conf)? {
             match key {
-                // CUDAAllocatorConfig::parseMaxSplitSize: must be > kLargeBuffer / MB.
+                // AcceleratorAllocatorConfig::parseMaxSplitSize (c10/core/AllocatorConfig.cpp,
+                // which CUDAAllocatorConfig defers to since torch 2.9): at least kLargeBuffer /
+                // MB (CUDAAllocatorConfig's own check, before, refused 20 itself).
                 "max_split_size_mb" => {
                     let mb = parse_u64(key, value)?;
-                    if mb <= K_LARGE_BUFFER / MB {
-                        return Err(spec_err(format!("max_split_size_mb too small ({mb}), must be > {}", K_LARGE_BUFFER / MB)));
+                    if mb < K_LARGE_BUFFER / MB {
+                        return Err(spec_err(format!("max_split_size_mb too small ({mb}), must be >= {}", K_LARGE_BUFFER / MB)));
                     }
                     c.max_split_size = mb.min(u64::MAX / MB) * MB;
                 }
+                // AcceleratorAllocatorConfig::parseMaxNonSplitRoundingSize: the same bound.
                 "max_non_split_rounding_mb" => {
                     let mb = parse_u64(key, value)?;
-                    if mb <= K_LARGE_BUFFER / MB {
-                        return Err(spec_err(format!("max_non_split_rounding_mb too small ({mb}), must be > {}", K_LARGE_BUFFER / MB)));
+                    if mb < K_LARGE_BUFFER / MB {
+                        return Err(spec_err(format!("max_non_split_rounding_mb too small ({mb}), must be >= {}", K_LARGE_BUFFER / MB)));
                     }
                     // Clamped as upstream clamps it (found by tests/test_hypothesis_inputs.py:
                     // 2^63 MiB overflowed).
@@ -307,9 +310,10 @@ impl PytorchConfig {
     }
 }
 
-/// `parseRoundUpPower2Divisions`: either one power of two for every interval, or
-/// `[256:1,512:2,>:8]` — keys are interval lower bounds in MiB (powers of two), `>` sets every
-/// interval above the last one named; the first entry also covers the intervals below it.
+/// `AcceleratorAllocatorConfig::parseRoundUpPower2Divisions`: either one power of two for
+/// every interval, or `[256:1,512:2,>:8]` — keys are interval lower bounds in MiB (powers of
+/// two), values powers of two or 0 (no rounding there), `>` sets every interval above the last
+/// one named; the first entry also covers the intervals below it.
 fn parse_divisions(v: &str) -> Result<[u64; ROUNDUP_INTERVALS]> {
     let mut d = [0u64; ROUNDUP_INTERVALS];
     let v = v.trim();
@@ -327,7 +331,11 @@ fn parse_divisions(v: &str) -> Result<[u64; ROUNDUP_INTERVALS]> {
             let (k, val) =
                 item.split_once(':').ok_or_else(|| spec_err(format!("roundup_power2_divisions: expected size:divisions, got '{item}'")))?;
             let val = parse_u64("roundup_power2_divisions", val)?;
-            check_pow2(val, "divisions")?;
+            // "the divisions has to be power of 2 or 0 to disable roundup" (a list entry only;
+            // the single value must be a power of 2).
+            if val != 0 {
+                check_pow2(val, "divisions")?;
+            }
             if k.trim() == ">" {
                 let from = last_index.map_or(0, |i| i + 1);
                 for x in d.iter_mut().skip(from) {
@@ -410,6 +418,16 @@ mod tests {
         let e = PytorchConfig::parse("max_split_mb:128").unwrap_err().to_string();
         assert!(e.contains("unknown") && e.contains("max_split_size_mb"), "{e}");
         assert!(PytorchConfig::parse("max_split_size_mb:10").is_err());
+        // c10/core/AllocatorConfig.cpp (torch >= 2.9): `val_env >= min_allowed_split_size_mb`
+        // (20); the list's divisions may be 0, the single value may not.
+        assert!(PytorchConfig::parse("max_split_size_mb:19").is_err());
+        assert_eq!(PytorchConfig::parse("max_split_size_mb:20").unwrap().max_split_size, 20 * MB);
+        assert!(PytorchConfig::parse("max_non_split_rounding_mb:19").is_err());
+        assert!(PytorchConfig::parse("max_non_split_rounding_mb:20").is_ok());
+        let c = PytorchConfig::parse("roundup_power2_divisions:[64:0,>:4]").unwrap();
+        assert_eq!((c.divisions_for(MB), c.divisions_for(64 * MB), c.divisions_for(128 * MB)), (0, 0, 4));
+        assert!(PytorchConfig::parse("roundup_power2_divisions:0").is_err());
+        assert!(PytorchConfig::parse("roundup_power2_divisions:[64:3]").is_err());
         assert!(PytorchConfig::parse("expandable_segments:maybe").is_err());
         assert!(PytorchConfig::parse("roundup_power2_divisions:3").is_err());
         assert!(PytorchConfig::parse("backend:cudaMallocAsync").unwrap_err().to_string().contains("cuda-async"));
