@@ -457,3 +457,17 @@ def test_shipped_jax_capture_comes_with_its_programs():
     dump = TRACES / "jax_train.xla_dump"
     programs = sorted(p.name.split(".sm_")[0] for p in dump.glob("*.hlo.pb"))
     assert programs == ["module_129013.jit_train_step", "module_9947.jit_train_step"]  # batch 256 and 512
+
+
+def test_the_allocator_settings_come_from_the_variable_torch_reads_first(monkeypatch):
+    # c10/cuda/CUDAAllocatorConfig.h, CUDAAllocatorConfig::instance(): PYTORCH_CUDA_ALLOC_CONF,
+    # else PYTORCH_ALLOC_CONF (torch 2.9's name). The no-GPU snapshot reads the same one.
+    from allocreplay.capture._recorder import alloc_conf
+
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    assert alloc_conf() == (None, "")
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")
+    assert alloc_conf() == ("PYTORCH_ALLOC_CONF", "expandable_segments:True")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
+    assert alloc_conf() == ("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")

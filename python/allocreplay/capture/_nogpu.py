@@ -36,6 +36,7 @@ import weakref
 from typing import Any
 
 from . import _devices
+from ._recorder import alloc_conf
 
 # Named devices: (name as torch reports it, total memory in bytes, compute capability, SMs), from
 # the catalogue in _devices (each number's source there; `allocreplay devices` lists them).
@@ -537,7 +538,7 @@ def patch_torch_cuda(torch: Any, rec: Recorder) -> None:
         return None
 
     def snapshot(*a: Any, **k: Any) -> dict[str, Any]:
-        return rec.snapshot(os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+        return rec.snapshot(alloc_conf()[1])
 
     answers: dict[str, Any] = {
         "is_available": lambda: True,

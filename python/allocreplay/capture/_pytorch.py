@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from . import _tags
-from ._recorder import FrameworkRecorder, log, write_json
+from ._recorder import FrameworkRecorder, alloc_conf, log, write_json
 
 
 class TorchRecorder(FrameworkRecorder):
@@ -179,12 +179,12 @@ class TorchRecorder(FrameworkRecorder):
             return
         stats = {d: _plain(torch.cuda.memory_stats(d)) for d in used}
         common = self.session.base_meta(self.name)
-        conf_var = next((v for v in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if v in os.environ), None)
+        conf_var, conf = alloc_conf()
         common.update(
             {
                 "torch": torch.__version__,
                 "cuda": getattr(torch.version, "cuda", None),
-                "alloc_conf": os.environ.get(conf_var, "") if conf_var else "",
+                "alloc_conf": conf,
                 "alloc_conf_variable": conf_var,
                 "allocator_backend": _try(torch.cuda.get_allocator_backend),
                 "allocator_settings": snapshot.get("allocator_settings"),
@@ -245,8 +245,7 @@ class TorchRecorder(FrameworkRecorder):
             return
         rec = ng.rec
         pid = self.session.pid
-        conf_var = next((v for v in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if v in os.environ), None)
-        conf = os.environ.get(conf_var, "") if conf_var else ""
+        conf_var, conf = alloc_conf()
         raw = self.path(f"torch-{pid}.pickle")
         with open(raw, "wb") as f:
             pickle.dump(rec.snapshot(conf), f)

@@ -22,6 +22,15 @@ def log(message: str) -> None:
         pass
 
 
+def alloc_conf() -> tuple[str | None, str]:
+    """The variable the caching allocator's settings come from in this process, and its text:
+    ``PYTORCH_CUDA_ALLOC_CONF``, else ``PYTORCH_ALLOC_CONF`` (the name torch 2.9 added), in the
+    order ``CUDAAllocatorConfig::instance()`` reads them (c10/cuda/CUDAAllocatorConfig.h); ``(None,
+    "")`` where neither is set."""
+    var = next((v for v in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if v in os.environ), None)
+    return var, os.environ.get(var, "") if var else ""
+
+
 def write_json(path: str, obj: Any) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:

@@ -366,6 +366,42 @@ fn parse_divisions(v: &str) -> Result<[u64; ROUNDUP_INTERVALS]> {
 mod tests {
     use super::*;
 
+    /// Upstream's c10/test/core/AllocatorConfig_test.cpp (`AllocatorConfigTest.
+    /// allocator_config_test`), its expected values; the `UNKNOWN_OPTION` keys it also passes are
+    /// skipped by the device-generic parser but refused by CUDA's (`CUDAAllocatorConfig::
+    /// parseArgs`: "Unrecognized key"), which is the one this policy models.
+    #[test]
+    fn upstream_allocator_config_test() {
+        let c = PytorchConfig::parse(
+            "max_split_size_mb:40,max_non_split_rounding_mb:30,garbage_collection_threshold:0.5,\
+             roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1],expandable_segments:True,pinned_use_background_threads:True",
+        )
+        .unwrap();
+        assert_eq!(c.max_split_size, 40 * MB);
+        assert_eq!(c.max_non_split_rounding, 30 * MB);
+        assert_eq!(c.garbage_collection_threshold, 0.5);
+        let d = |c: &PytorchConfig, mb: u64| c.divisions_for(mb * MB);
+        let sizes = [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
+        assert_eq!(sizes.map(|mb| d(&c, mb)), [8, 8, 2, 4, 2, 4, 1, 1, 1]);
+        assert!(c.expandable_segments);
+        assert!(PytorchConfig::parse("UNKNOWN_OPTION:42").is_err());
+
+        let c = PytorchConfig::parse("max_split_size_mb:20,max_non_split_rounding_mb:40,garbage_collection_threshold:0.8").unwrap();
+        assert_eq!((c.max_split_size, c.max_non_split_rounding, c.garbage_collection_threshold), (20 * MB, 40 * MB, 0.8));
+
+        // The knob array syntax: an interval named by none of the entries keeps 0.
+        let c = PytorchConfig::parse("roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]").unwrap();
+        assert_eq!([64, 128, 256, 512, 1024, 2048, 4096].map(|mb| d(&c, mb)), [8, 8, 16, 1, 0, 8, 2]);
+
+        // The single value, for backward compatibility.
+        let c = PytorchConfig::parse("roundup_power2_divisions:4").unwrap();
+        assert_eq!([64, 256, 2048].map(|mb| d(&c, mb)), [4, 4, 4]);
+
+        // A trailing comma is accepted.
+        assert!(!PytorchConfig::parse("expandable_segments:False,").unwrap().expandable_segments);
+        assert!(PytorchConfig::parse("pinned_use_background_threads:False").is_ok());
+    }
+
     #[test]
     fn parses_the_common_settings() {
         let c = PytorchConfig::parse("expandable_segments:True,max_split_size_mb:128").unwrap();
