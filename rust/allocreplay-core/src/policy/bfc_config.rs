@@ -318,10 +318,17 @@ pub fn parse_jax(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
                 "platform" => platform = true,
                 "cuda_async" => {
                     return Err(spec_err(format!(
-                        "{spec}: allocator=cuda_async is CUDA's stream-ordered allocator, not BFC; use its own policy"
+                        "{spec}: allocator=cuda_async is CUDA's stream-ordered allocator, not BFC; use its own policy, cuda-async"
                     )))
                 }
-                _ => return Err(spec_err(format!("{spec}: allocator must be default, bfc or platform, got '{v}'"))),
+                // The allocators XLA's GPU plugin supports (`Supported allocator options are:
+                // 'default', 'platform', 'bfc' and 'cuda_async'`, pjrt_c_api_gpu_internal.cc),
+                // and where the last one is.
+                _ => {
+                    return Err(spec_err(format!(
+                        "{spec}: allocator must be default, bfc or platform (cuda_async: the cuda-async policy), got '{v}'"
+                    )))
+                }
             },
             _ => unreachable!("options::items checked the keys"),
         }
