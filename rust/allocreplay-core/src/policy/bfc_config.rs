@@ -151,7 +151,7 @@ const TF_OPTIONS: &[OptionSpec] = &[
         "per_process_gpu_memory_fraction",
         OptionType::Fraction,
         OptDefault::Unset("device memory minus MinSystemMemory"),
-        "the limit as a fraction of device memory (GPUOptions.per_process_gpu_memory_fraction)",
+        "the limit as a fraction of device memory (GPUOptions.per_process_gpu_memory_fraction; above 1: unified memory, compute capability 6+)",
     ),
     OptionSpec::new(
         "memory_limit",
@@ -281,10 +281,28 @@ pub fn parse_tf(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
             "allow_growth" => s.allow_growth = options::parse_bool(&spec, k, v)?,
             "garbage_collection" => s.garbage_collection = options::parse_bool(&spec, k, v)?,
             "fragmentation_fraction" => s.fragmentation_fraction = options::parse_fraction(&spec, k, v, 1.0)?,
-            "per_process_gpu_memory_fraction" => fraction = Some(options::parse_fraction(&spec, k, v, 1.0)?),
+            // Above 1, TensorFlow allocates unified memory (gpu_process_state.cc), on Pascal
+            // (compute capability 6) and later only (gpu_device.cc: "Unified memory on GPUs
+            // with compute capability lower than 6.0 (pre-Pascal class GPUs) does not support
+            // oversubscription"); the bound is the one `jax:mem_fraction` takes.
+            "per_process_gpu_memory_fraction" => {
+                let f = options::parse_fraction(&spec, k, v, 64.0)?;
+                if f > 1.0 && cc_major(ctx).is_some_and(|cc| cc < 6) {
+                    return Err(spec_err(format!(
+                        "{spec}: a per_process_gpu_memory_fraction above 1 needs unified memory's oversubscription, which GPUs of compute capability below 6.0 lack"
+                    )));
+                }
+                fraction = Some(f);
+            }
             "memory_limit" => limit = Some(memory_limit_option(&spec, v, ctx)?),
             _ => unreachable!("options::items checked the keys"),
         }
+    }
+    if limit.is_some() && fraction.is_some() {
+        // BaseGPUDeviceFactory::CreateDevices (gpu_device.cc) refuses the two together.
+        return Err(spec_err(format!(
+            "{spec}: it's invalid to set per_process_gpu_memory_fraction when virtual devices (memory_limit) are set, as TensorFlow says; give one"
+        )));
     }
     s.memory_limit = Some(match limit {
         Some(l) => l,
@@ -295,7 +313,16 @@ pub fn parse_tf(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
             match fraction {
                 // `total_memory * per_process_gpu_memory_fraction` (int64 of a double).
                 Some(f) => (d as f64 * f) as u64,
-                None => d.saturating_sub(tf_min_system_memory(d, cc_major(ctx).unwrap_or(9))),
+                // The reserve is taken only where the memory exceeds it (gpu_device.cc:
+                // `if (min_system_memory < allocated_memory) allocated_memory -= ...`).
+                None => {
+                    let reserve = tf_min_system_memory(d, cc_major(ctx).unwrap_or(9));
+                    if reserve < d {
+                        d - reserve
+                    } else {
+                        d
+                    }
+                }
             }
         }
     });
@@ -393,7 +420,6 @@ pub fn recorded_settings(ctx: &PolicyContext) -> Result<RecordedSettings> {
     };
     let lower = name.to_ascii_lowercase();
     let host = lower.contains("host") || lower.contains("cpu");
-    let truthy = |v: Option<&str>| v.map(|s| matches!(s.trim(), "true" | "True" | "1"));
     let (allow_growth, known, gc) = if host {
         // gpu_host_bfc / xla_gpu_host_bfc / bfc_cpu_allocator_for_gpu: allow_growth = true.
         (true, true, false)
@@ -408,9 +434,14 @@ pub fn recorded_settings(ctx: &PolicyContext) -> Result<RecordedSettings> {
                 (!prealloc, env_known, false)
             }
             _ => {
-                let gc = env_of(ctx, "TF_ENABLE_GPU_GARBAGE_COLLECTION").map(|v| v.trim() != "false").unwrap_or(true);
-                match truthy(env_of(ctx, "TF_FORCE_GPU_ALLOW_GROWTH")) {
-                    Some(true) => (true, true, gc),
+                // GPUBFCAllocator::GetGarbageCollectionValue: off only for exactly "false".
+                let gc = env_of(ctx, "TF_ENABLE_GPU_GARBAGE_COLLECTION") != Some("false");
+                // GPUBFCAllocator::GetAllowGrowthValue: exactly "true" or "false" decides; any
+                // other value is ignored (logged), and the session config's allow_growth, which
+                // the capture does not record, stands.
+                match env_of(ctx, "TF_FORCE_GPU_ALLOW_GROWTH") {
+                    Some("true") => (true, true, gc),
+                    Some("false") => (false, true, gc),
                     _ => (false, false, gc),
                 }
             }
@@ -470,6 +501,13 @@ mod tests {
         assert!(settings.allow_growth);
         // Under 2 GiB: 225 MiB whatever the capability.
         assert_eq!(tf_min_system_memory(1 << 30, 9), 225 * MIB);
+        // Memory at or below the reserve is all given to the allocator (gpu_device.cc).
+        let BfcSpec::Bfc { settings, .. } = parse_tf("", &ctx_with(&md, &dev, Some(200 * MIB))).unwrap() else { panic!() };
+        assert_eq!(settings.memory_limit, Some(200 * MIB));
+        // A fraction and virtual devices together: refused, as CreateDevices refuses them.
+        assert!(
+            matches!(parse_tf("per_process_gpu_memory_fraction=0.5,memory_limit=10GiB", &ctx_with(&md, &dev, None)), Err(Error::PolicySpec(m)) if m.contains("invalid"))
+        );
         // per_process_gpu_memory_fraction: int64(total * fraction).
         let BfcSpec::Bfc { settings, .. } = parse_tf("per_process_gpu_memory_fraction=0.5", &ctx_with(&md, &dev, None)).unwrap() else {
             panic!()
@@ -481,6 +519,49 @@ mod tests {
         // An explicit memory_limit wins.
         let BfcSpec::Bfc { settings, .. } = parse_tf("memory_limit=10GiB", &ctx_with(&md, &dev, Some(16 << 30))).unwrap() else { panic!() };
         assert_eq!(settings.memory_limit, Some(10 << 30));
+    }
+
+    #[test]
+    fn recorded_tf_environment_is_read_as_gpu_bfc_allocator_reads_it() {
+        // GPUBFCAllocator::GetAllowGrowthValue: TF_FORCE_GPU_ALLOW_GROWTH decides only when it
+        // is exactly "true" or "false" ("True", "1", anything else: ignored, the session's
+        // allow_growth stands, which a capture does not record). GetGarbageCollectionValue:
+        // TF_ENABLE_GPU_GARBAGE_COLLECTION turns it off only when exactly "false".
+        let dev = DeviceInfo { index: 0, total_memory: Some(80 << 30), ..Default::default() };
+        let recorded = |env: serde_json::Value| {
+            let mut md = TraceMetadata::new("test");
+            md.allocator_settings = serde_json::json!({"allocator_name": "GPU_0_bfc", "framework": "tf", "env": env});
+            let r = recorded_settings(&ctx_with(&md, &dev, None)).unwrap();
+            (r.settings.allow_growth, r.allow_growth_known, r.settings.garbage_collection)
+        };
+        let growth = |v: &str| recorded(serde_json::json!({ "TF_FORCE_GPU_ALLOW_GROWTH": v }));
+        assert_eq!(growth("true"), (true, true, true));
+        assert_eq!(growth("false"), (false, true, true));
+        for ignored in ["True", "1", "unparseable", " true"] {
+            assert_eq!(growth(ignored), (false, false, true), "{ignored:?}");
+        }
+        assert_eq!(recorded(serde_json::json!({})), (false, false, true));
+        let gc = |v: &str| recorded(serde_json::json!({ "TF_ENABLE_GPU_GARBAGE_COLLECTION": v })).2;
+        assert!(!gc("false"));
+        assert!(gc("true") && gc("False") && gc(" false") && gc("0"));
+    }
+
+    #[test]
+    fn tf_fraction_above_one_is_unified_memory_from_pascal_on() {
+        // GPUDeviceTest.UnifiedMemoryAllocation: fraction 1.2 -> memory_limit =
+        // int64(total * 1.2); gpu_device.cc refuses it below compute capability 6.
+        let mut md = TraceMetadata::new("test");
+        let dev = DeviceInfo { index: 0, total_memory: Some(80 << 30), ..Default::default() };
+        md.allocator_settings = serde_json::json!({"compute_capability": "9.0"});
+        let BfcSpec::Bfc { settings, .. } = parse_tf("per_process_gpu_memory_fraction=1.2", &ctx_with(&md, &dev, None)).unwrap() else {
+            panic!()
+        };
+        assert_eq!(settings.memory_limit, Some(((80u64 << 30) as f64 * 1.2) as u64));
+        md.allocator_settings = serde_json::json!({"compute_capability": "5.2"});
+        assert!(
+            matches!(parse_tf("per_process_gpu_memory_fraction=1.2", &ctx_with(&md, &dev, None)), Err(Error::PolicySpec(m)) if m.contains("6.0"))
+        );
+        assert!(parse_tf("per_process_gpu_memory_fraction=0.9", &ctx_with(&md, &dev, None)).is_ok());
     }
 
     #[test]
