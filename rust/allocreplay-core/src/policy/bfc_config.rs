@@ -429,8 +429,7 @@ pub fn recorded_settings(ctx: &PolicyContext) -> Result<RecordedSettings> {
                 // JAX preallocates unless XLA_PYTHON_CLIENT_PREALLOCATE says otherwise; known
                 // only when the capture's environment was recorded (its `.json`).
                 let env_known = settings.get("env").is_some_and(|e| e.is_object());
-                let prealloc =
-                    env_of(ctx, "XLA_PYTHON_CLIENT_PREALLOCATE").map(|v| !matches!(v.trim(), "false" | "False" | "0")).unwrap_or(true);
+                let prealloc = env_of(ctx, "XLA_PYTHON_CLIENT_PREALLOCATE").map(|v| !matches!(v, "false" | "False" | "0")).unwrap_or(true);
                 (!prealloc, env_known, false)
             }
             _ => {
@@ -544,6 +543,21 @@ mod tests {
         let gc = |v: &str| recorded(serde_json::json!({ "TF_ENABLE_GPU_GARBAGE_COLLECTION": v })).2;
         assert!(!gc("false"));
         assert!(gc("true") && gc("False") && gc(" false") && gc("0"));
+    }
+
+    #[test]
+    fn recorded_jax_environment_is_read_as_jaxlib_reads_it() {
+        // jaxlib's generate_pjrt_gpu_plugin_options: XLA_PYTHON_CLIENT_PREALLOCATE turns
+        // preallocation off only for exactly "false", "False" or "0".
+        let dev = DeviceInfo { index: 0, total_memory: Some(80 << 30), ..Default::default() };
+        let growth = |v: &str| {
+            let mut md = TraceMetadata::new("test");
+            md.allocator_settings =
+                serde_json::json!({"allocator_name": "GPU_0_bfc", "framework": "jax", "env": {"XLA_PYTHON_CLIENT_PREALLOCATE": v}});
+            recorded_settings(&ctx_with(&md, &dev, None)).unwrap().settings.allow_growth
+        };
+        assert!(growth("false") && growth("False") && growth("0"));
+        assert!(!growth("true") && !growth("no") && !growth(" false") && !growth("FALSE"));
     }
 
     #[test]
