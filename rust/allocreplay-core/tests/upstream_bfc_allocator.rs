@@ -69,12 +69,15 @@
 //!     `sub->calls() <= kFuse` (a refused `DeviceMemory::malloc` is not counted; the OOM and the
 //!     loop ending are ported); GetAndClearMemoryStats after `ClearStats()` (the model has none).
 
+mod common;
+
 use std::collections::BTreeMap;
 
 use allocreplay_core::device::DeviceMemory;
 use allocreplay_core::policy::bfc::{bin_num_for_size, Bfc, K_NUM_BINS};
 use allocreplay_core::policy::bfc_config::BfcSettings;
-use allocreplay_core::policy::{BlockInfo, Policy, Request};
+use allocreplay_core::policy::{BlockInfo, Policy};
+use common::policy_driver::PolicyDriver;
 
 const MIB: u64 = 1 << 20;
 /// `Allocator::kAllocatorAlignment`.
@@ -82,9 +85,8 @@ const K_ALIGNMENT: u64 = 64;
 
 /// A BFC allocator with upstream's pointer interface over the policy.
 struct Allocator {
-    bfc: Bfc,
-    dev: DeviceMemory,
-    next_id: u64,
+    /// The policy over the sub-allocator.
+    bfc: PolicyDriver<Bfc>,
     /// Live allocations by address: (allocation id, requested bytes).
     live: BTreeMap<u64, (u64, u64)>,
 }
@@ -93,7 +95,7 @@ impl Allocator {
     /// `BFCAllocator(sub_allocator, total_memory, name, opts)`.
     fn new(total_memory: u64, allow_growth: bool, garbage_collection: bool, sub_allocator: DeviceMemory) -> Self {
         let opts = BfcSettings { allow_growth, garbage_collection, fragmentation_fraction: 0.0, memory_limit: Some(total_memory) };
-        Allocator { bfc: Bfc::new("GPU_0_bfc".into(), opts), dev: sub_allocator, next_id: 0, live: BTreeMap::new() }
+        Allocator { bfc: PolicyDriver::over(Box::new(Bfc::new("GPU_0_bfc".into(), opts)), sub_allocator), live: BTreeMap::new() }
     }
 
     /// `GPUBFCAllocator(sub_allocator, total_memory, "GPU_0_bfc", {})`: allow_growth = false,
@@ -110,11 +112,8 @@ impl Allocator {
 
     /// `AllocateRaw(alignment, num_bytes)`: the address, `None` for nullptr.
     fn allocate_raw(&mut self, num_bytes: u64) -> Option<u64> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let req = Request { event: id as usize, id, size: num_bytes, stream: 0, pool: 0, recorded_addr: None, recorded_chunk: None };
-        match self.bfc.malloc(&req, &mut self.dev) {
-            Ok(p) if p.addr != 0 => {
+        match self.bfc.malloc(num_bytes) {
+            Ok((id, p)) if p.addr != 0 => {
                 assert!(self.live.insert(p.addr, (id, num_bytes)).is_none(), "two live allocations at {:#x}", p.addr);
                 Some(p.addr)
             }
@@ -125,8 +124,7 @@ impl Allocator {
     /// `DeallocateRaw(ptr)`.
     fn deallocate_raw(&mut self, ptr: u64) {
         let (id, _) = self.live.remove(&ptr).expect("a pointer the allocator handed out");
-        self.bfc.free_requested(id, &mut self.dev);
-        self.bfc.free_completed(id, &mut self.dev);
+        self.bfc.free(id);
     }
 
     /// `RequestedSize(ptr)`: what was asked for at `ptr`.
@@ -136,16 +134,16 @@ impl Allocator {
 
     /// `AllocatedSize(ptr)`: the size of the chunk at `ptr`.
     fn allocated_size(&self, ptr: u64) -> u64 {
-        let (addr, size) = self.bfc.chunk_of(self.live[&ptr].0).expect("a live chunk");
+        let (addr, size) = self.bfc.policy.chunk_of(self.live[&ptr].0).expect("a live chunk");
         assert_eq!(addr, ptr);
         size
     }
 
     /// `CheckStats(a, num_allocs, bytes_in_use, peak_bytes_in_use, largest_alloc_size)`.
     fn check_stats(&self, num_allocs: u64, bytes_in_use: u64, peak_bytes_in_use: u64, largest_alloc_size: u64) {
-        let s = self.bfc.stats();
+        let s = self.bfc.policy.stats();
         assert_eq!(
-            (self.bfc.num_allocs, s.allocated, s.peak_allocated, self.bfc.largest_alloc_size),
+            (self.bfc.policy.num_allocs, s.allocated, s.peak_allocated, self.bfc.policy.largest_alloc_size),
             (num_allocs, bytes_in_use, peak_bytes_in_use, largest_alloc_size),
             "(num_allocs, bytes_in_use, peak_bytes_in_use, largest_alloc_size)"
         );
@@ -153,12 +151,12 @@ impl Allocator {
 
     /// `region_manager_.regions().size()`.
     fn num_regions(&self) -> usize {
-        self.bfc.segments().len()
+        self.bfc.policy.segments().len()
     }
 
     /// Every chunk of every region (`RecordMemoryMap`'s `chunk` list).
     fn chunks(&self) -> Vec<BlockInfo> {
-        self.bfc.blocks().expect("BFC lists its chunks")
+        self.bfc.policy.blocks().expect("BFC lists its chunks")
     }
 
     /// `get_bin_debug_info()`: every chunk of every region by `BinNumForSize(c->size)`.
@@ -378,7 +376,7 @@ fn gpu_bfc_allocator_test_allocated_vs_requested() {
     let mut a = Allocator::gpu(1 << 30);
     let t1 = a.allocate_raw(4).expect("Allocate<float>(1)");
     // RequestedSize(t1): the model's requested bytes (the only live allocation).
-    assert_eq!(4, a.bfc.stats().requested);
+    assert_eq!(4, a.bfc.policy.stats().requested);
     assert_eq!(4, a.requested_size(t1));
     assert_eq!(256, a.allocated_size(t1));
     a.deallocate_raw(t1);
@@ -552,7 +550,7 @@ fn gpu_bfc_allocator_private_methods_test_force_allow_growth() {
         let allow_growth = get_allow_growth_value(env, opts_allow_growth);
         let mut a = Allocator::new(1 << 31, allow_growth, true, DeviceMemory::new(None));
         a.allocate_raw(1).expect("AllocateRaw");
-        let regions: Vec<u64> = a.bfc.segments().iter().map(|s| s.size).collect();
+        let regions: Vec<u64> = a.bfc.policy.segments().iter().map(|s| s.size).collect();
         assert_eq!(regions, vec![curr_region_allocation_bytes], "TF_FORCE_GPU_ALLOW_GROWTH={env:?}, allow_growth={opts_allow_growth}");
     }
 }
@@ -783,7 +781,7 @@ fn bfc_allocator_test_get_and_clear_memory_stats() {
     let mut alloc = Allocator::tsl(256 << 20);
     // (bytes_in_use, peak_bytes_in_use, peak_allocated_bytes)
     let get_stats = |a: &Allocator| {
-        let s = a.bfc.stats();
+        let s = a.bfc.policy.stats();
         (s.allocated, s.peak_allocated, s.peak_allocated)
     };
 

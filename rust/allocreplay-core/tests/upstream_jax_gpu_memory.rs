@@ -52,13 +52,16 @@
 //! - pjrt_c_api_gpu_test.cc: the other tests (buffers, executables, topology, custom calls) do
 //!   not touch the allocator.
 
+mod common;
+
 use allocreplay_core::device::DeviceMemory;
 use allocreplay_core::engine::BoxedPolicy;
 use allocreplay_core::policy::bfc_config::{parse_jax, BfcSpec};
-use allocreplay_core::policy::{PolicyContext, Request};
+use allocreplay_core::policy::PolicyContext;
 use allocreplay_core::registry;
 use allocreplay_core::trace::{DeviceInfo, TraceMetadata};
 use allocreplay_core::Error;
+use common::policy_driver::PolicyDriver;
 
 /// The H200's total memory, as the project's H200 traces record it (tests/import_pytorch.rs).
 const H200_TOTAL: u64 = 150_109_880_320;
@@ -89,34 +92,27 @@ fn bytes_limit(options: &str) -> Option<u64> {
 }
 
 /// One device of a GPU client: its allocator over the device's memory.
-struct Device {
-    allocator: BoxedPolicy,
-    memory: DeviceMemory,
-    next_id: u64,
-}
+type Device = PolicyDriver;
 
 impl Device {
     fn new(spec: &str) -> Self {
         let allocator = build(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
-        Device { allocator, memory: DeviceMemory::new(Some(H200_TOTAL)), next_id: 0 }
+        Device::over(allocator, DeviceMemory::new(Some(H200_TOTAL)))
     }
 
     /// A buffer of `bytes` on the device: whether the allocator served it.
     fn allocate(&mut self, bytes: u64) -> bool {
-        let id = self.next_id;
-        self.next_id += 1;
-        let req = Request { event: id as usize, id, size: bytes, stream: 0, pool: 0, recorded_addr: None, recorded_chunk: None };
-        self.allocator.malloc(&req, &mut self.memory).is_ok()
+        self.malloc(bytes).is_ok()
     }
 
     /// `memory_stats()["pool_bytes"]`.
     fn pool_bytes(&self) -> u64 {
-        self.allocator.stats().reserved
+        self.policy.stats().reserved
     }
 
     /// `memory_stats()["peak_bytes_in_use"]`.
     fn peak_bytes_in_use(&self) -> u64 {
-        self.allocator.stats().peak_allocated
+        self.policy.stats().peak_allocated
     }
 }
 

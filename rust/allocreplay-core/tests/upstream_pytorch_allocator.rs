@@ -84,15 +84,18 @@
 //! (`Stats` has no cumulative counters) and `reset_peak_memory_stats` (no reset: its effect,
 //! each peak set to its current value, is asserted on the current values).
 
+mod common;
+
 use std::collections::HashMap;
 
 use allocreplay_core::device::{DeviceMemory, Stats};
 use allocreplay_core::engine::BoxedPolicy;
 use allocreplay_core::policy::pytorch_config::PytorchConfig;
-use allocreplay_core::policy::{OutOfMemory, Placement, PolicyContext, Request};
+use allocreplay_core::policy::{OutOfMemory, Placement, PolicyContext};
 use allocreplay_core::registry::build;
 use allocreplay_core::trace::DeviceInfo;
 use allocreplay_core::{Error, TraceMetadata};
+use common::policy_driver::PolicyDriver;
 
 /// `torch.cuda.get_device_properties(0).total_memory` (and `mem_get_info()[1]`) of the device.
 const TOTAL_MEMORY: u64 = 150_109_880_320;
@@ -129,35 +132,22 @@ fn assert_rejected(conf: &str) {
     }
 }
 
-/// One device under one allocator: tensors are allocation ids.
-struct Cuda {
-    policy: BoxedPolicy,
-    dev: DeviceMemory,
-    next_id: u64,
-}
+/// One device under one allocator: tensors are allocation ids; `del t` is `free(t)`.
+type Cuda = PolicyDriver;
 
 impl Cuda {
     fn new(conf: &str) -> Cuda {
         let policy = try_build(conf).unwrap_or_else(|e| panic!("{conf}: {e}"));
-        Cuda { policy, dev: DeviceMemory::new(Some(TOTAL_MEMORY)), next_id: 0 }
+        Cuda::over(policy, DeviceMemory::new(Some(TOTAL_MEMORY)))
     }
 
     /// A tensor of `bytes` on `stream`, in pool `pool` (0: the default pool).
     fn alloc_on(&mut self, bytes: u64, stream: i64, pool: u32) -> Result<(u64, Placement), OutOfMemory> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let req = Request { event: id as usize, id, size: bytes, stream, pool, recorded_addr: None, recorded_chunk: None };
-        self.policy.malloc(&req, &mut self.dev).map(|p| (id, p))
+        self.malloc_on(bytes, stream, pool)
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<u64, OutOfMemory> {
         self.alloc_on(bytes, 0, 0).map(|(id, _)| id)
-    }
-
-    /// `del t`.
-    fn free(&mut self, id: u64) {
-        self.policy.free_requested(id, &mut self.dev);
-        self.policy.free_completed(id, &mut self.dev);
     }
 
     fn empty_cache(&mut self) {

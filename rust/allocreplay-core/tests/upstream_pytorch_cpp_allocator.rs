@@ -54,22 +54,20 @@
 //!   `CUDAGuardImplTest.UncheckedSetDeviceSwallowsErrorAndDoesNotTerminate` (device guard):
 //!   no allocator check in the file.
 
+mod common;
+
 use allocreplay_core::device::DeviceMemory;
-use allocreplay_core::engine::BoxedPolicy;
-use allocreplay_core::policy::{OutOfMemory, PolicyContext, Request};
+use allocreplay_core::policy::{OutOfMemory, PolicyContext};
 use allocreplay_core::registry::build;
 use allocreplay_core::trace::DeviceInfo;
 use allocreplay_core::TraceMetadata;
+use common::policy_driver::PolicyDriver;
 
 /// `cudaDeviceProp::totalGlobalMem` of the device (tests/upstream_pytorch_allocator.rs's H200).
 const TOTAL_MEMORY: u64 = 150_109_880_320;
 
 /// One device under the `pytorch` policy built with PYTORCH_CUDA_ALLOC_CONF `conf`.
-struct Cuda {
-    policy: BoxedPolicy,
-    dev: DeviceMemory,
-    next_id: u64,
-}
+type Cuda = PolicyDriver;
 
 impl Cuda {
     fn new(conf: &str) -> Cuda {
@@ -78,15 +76,12 @@ impl Cuda {
         let ctx = PolicyContext { metadata: &md, device: md.devices.first(), capacity: None };
         let spec = if conf.is_empty() { "pytorch".to_string() } else { format!("pytorch:{conf}") };
         let policy = build(&spec, &ctx).unwrap_or_else(|e| panic!("{conf}: {e}"));
-        Cuda { policy, dev: DeviceMemory::new(Some(TOTAL_MEMORY)), next_id: 0 }
+        Cuda::over(policy, DeviceMemory::new(Some(TOTAL_MEMORY)))
     }
 
     /// `CUDACachingAllocator::get()->allocate(bytes)` on the current (default) stream.
     fn allocate(&mut self, bytes: u64) -> Result<u64, OutOfMemory> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let req = Request { event: id as usize, id, size: bytes, stream: 0, pool: 0, recorded_addr: None, recorded_chunk: None };
-        self.policy.malloc(&req, &mut self.dev).map(|_| id)
+        self.malloc(bytes).map(|(id, _)| id)
     }
 }
 

@@ -94,13 +94,16 @@
 //!     remote, V1 compatibility, collective ops, determinism, TensorFloat-32): no GPU memory.
 //! - No gpu_process_state test exists upstream (no gpu_process_state_test.cc in the index).
 
+mod common;
+
 use allocreplay_core::device::DeviceMemory;
 use allocreplay_core::engine::BoxedPolicy;
 use allocreplay_core::policy::bfc_config::{parse_tf, BfcSettings, BfcSpec};
-use allocreplay_core::policy::{PolicyContext, Request};
+use allocreplay_core::policy::PolicyContext;
 use allocreplay_core::registry;
 use allocreplay_core::trace::{DeviceInfo, TraceMetadata};
 use allocreplay_core::Error;
+use common::policy_driver::PolicyDriver;
 
 /// The H200's total memory, as the project's H200 traces record it (tests/xplane_bfc.rs).
 const H200_TOTAL: u64 = 150_109_880_320;
@@ -141,11 +144,7 @@ fn virtual_device(memory_limit_mb: u64) -> String {
 }
 
 /// One TF GPU device: its allocator over the device's memory (`sub_allocator`).
-struct Device {
-    allocator: BoxedPolicy,
-    memory: DeviceMemory,
-    next_id: u64,
-}
+type Device = PolicyDriver;
 
 impl Device {
     fn new(spec: &str) -> Self {
@@ -154,36 +153,32 @@ impl Device {
 
     fn with_memory(spec: &str, memory: DeviceMemory) -> Self {
         let allocator = build(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
-        Device { allocator, memory, next_id: 0 }
+        Device::over(allocator, memory)
     }
 
     /// `AllocateRaw` of `bytes` (a tensor of that many bytes): its id, `None` for nullptr.
     fn allocate(&mut self, bytes: u64) -> Option<u64> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let req = Request { event: id as usize, id, size: bytes, stream: 0, pool: 0, recorded_addr: None, recorded_chunk: None };
-        self.allocator.malloc(&req, &mut self.memory).ok().map(|_| id)
+        self.malloc(bytes).ok().map(|(id, _)| id)
     }
 
     /// `DeallocateRaw` of the allocation `id`.
     fn deallocate(&mut self, id: u64) {
-        self.allocator.free_requested(id, &mut self.memory);
-        self.allocator.free_completed(id, &mut self.memory);
+        self.free(id);
     }
 
     /// `config.get_memory_info(device)['current']`: bytes_in_use.
     fn current(&self) -> u64 {
-        self.allocator.stats().allocated
+        self.policy.stats().allocated
     }
 
     /// `config.get_memory_info(device)['peak']`: peak_bytes_in_use.
     fn peak(&self) -> u64 {
-        self.allocator.stats().peak_allocated
+        self.policy.stats().peak_allocated
     }
 
     /// The bytes the allocator has obtained from the device (`pool_bytes`).
     fn pool_bytes(&self) -> u64 {
-        self.allocator.stats().reserved
+        self.policy.stats().reserved
     }
 }
 
@@ -307,9 +302,9 @@ fn force_allow_growth_first_region(env: Option<&str>, opts_allow_growth: bool) -
         _ => opts_allow_growth,
     };
     let spec = format!("tf:allow_growth={allow_growth},memory_limit={}", 1u64 << 31);
-    let mut device = Device { allocator: build(&spec)?, memory: DeviceMemory::new(Some(H200_TOTAL)), next_id: 0 };
+    let mut device = Device::over(build(&spec)?, DeviceMemory::new(Some(H200_TOTAL)));
     assert!(device.allocate(1).is_some(), "{spec}");
-    let regions: Vec<u64> = device.allocator.segments().iter().map(|s| s.size).collect();
+    let regions: Vec<u64> = device.policy.segments().iter().map(|s| s.size).collect();
     assert_eq!(regions.len(), 1, "{spec}: {regions:?}");
     assert_eq!(device.pool_bytes(), regions[0], "{spec}");
     Ok(regions[0])

@@ -52,3 +52,6 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A policy driven over device memory, the allocator of the upstream ports.
+pub mod policy_driver;
