@@ -87,6 +87,10 @@ fn memory_limit_option(policy: &str, v: &str, ctx: &PolicyContext) -> Result<u64
     }
 }
 
+/// The largest fraction of device memory `tf` and `jax` take as their limit: above 1 both
+/// oversubscribe with unified memory, as upstream allows.
+const MAX_UNIFIED_FRACTION: f64 = 64.0;
+
 /// TensorFlow's `MinSystemMemory(available_memory, cc_major)` (gpu_device.cc, release build).
 pub fn tf_min_system_memory(available: u64, cc_major: i64) -> u64 {
     if available < (1 << 31) {
@@ -284,9 +288,9 @@ pub fn parse_tf(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
             // Above 1, TensorFlow allocates unified memory (gpu_process_state.cc), on Pascal
             // (compute capability 6) and later only (gpu_device.cc: "Unified memory on GPUs
             // with compute capability lower than 6.0 (pre-Pascal class GPUs) does not support
-            // oversubscription"); the bound is the one `jax:mem_fraction` takes.
+            // oversubscription").
             "per_process_gpu_memory_fraction" => {
-                let f = options::parse_fraction(&spec, k, v, 64.0)?;
+                let f = options::parse_fraction(&spec, k, v, MAX_UNIFIED_FRACTION)?;
                 if f > 1.0 && cc_major(ctx).is_some_and(|cc| cc < 6) {
                     return Err(spec_err(format!(
                         "{spec}: a per_process_gpu_memory_fraction above 1 needs unified memory's oversubscription, which GPUs of compute capability below 6.0 lack"
@@ -338,7 +342,7 @@ pub fn parse_jax(options: &str, ctx: &PolicyContext) -> Result<BfcSpec> {
         match k {
             "preallocate" => preallocate = options::parse_bool(&spec, k, v)?,
             // Fractions above 1 oversubscribe with unified memory; allowed as upstream does.
-            "mem_fraction" => fraction = options::parse_fraction(&spec, k, v, 64.0)?,
+            "mem_fraction" => fraction = options::parse_fraction(&spec, k, v, MAX_UNIFIED_FRACTION)?,
             "memory_limit" => limit = Some(memory_limit_option(&spec, v, ctx)?),
             "allocator" => match v {
                 "default" | "bfc" => platform = false,
