@@ -361,7 +361,8 @@ impl CachingAllocator {
         // The range ends at the stream's last block: upstream stops at the first block of
         // another stream.
         let rank = self.rank(stream);
-        let mut it = self.pools[pool as usize].blocks.range(rank, size).map(|(_, _, b)| b);
+        let range = || self.pools[pool as usize].blocks.range(rank, size).map(|(_, _, b)| b);
+        let mut it = range();
         let mut found = it.next()?;
         if self.blocks[found as usize].expandable != NONE {
             if self.config.expandable_segments {
@@ -371,12 +372,30 @@ impl CachingAllocator {
                     let bl = &self.blocks[b as usize];
                     bl.size + if bl.next != NONE && !self.blocks[bl.next as usize].mapped { self.blocks[bl.next as usize].size } else { 0 }
                 };
-                for next in it {
-                    if self.blocks[found as usize].expandable == NONE || expandable_size(next) >= expandable_size(found) {
-                        break;
+                // Upstream's `while (... expandable_size(*next) < expandable_size(*it))`, with
+                // two shortcuts that decide the same: the blocks come by size, and a block
+                // expands to at least its size, so a candidate `found` that cannot expand
+                // (its neighbour mapped) is not beaten, nor is any by a `next` at least as
+                // large as what `found` expands to. Most candidates stop at the first test,
+                // without the next block's search or a read of its neighbour.
+                let mut found_size = expandable_size(found);
+                if found_size != self.blocks[found as usize].size {
+                    for next in it {
+                        if self.blocks[next as usize].size >= found_size {
+                            break;
+                        }
+                        let next_size = expandable_size(next);
+                        if next_size >= found_size {
+                            break;
+                        }
+                        found = next;
+                        if self.blocks[found as usize].expandable == NONE || next_size == self.blocks[found as usize].size {
+                            break;
+                        }
+                        found_size = next_size;
                     }
-                    found = next;
                 }
+                debug_assert_eq!(found, self.expandable_best_fit(range()), "the shortcuts chose another block than upstream's loop");
             } else {
                 // Expandable segments turned off: skip expandable blocks.
                 found = it.find(|&b| self.blocks[b as usize].expandable == NONE)?;
@@ -394,6 +413,24 @@ impl CachingAllocator {
         }
         self.erase_from_blocks(found);
         Some(found)
+    }
+
+    /// `get_free_block`'s loop over expandable blocks as upstream writes it, from the first
+    /// candidate on `candidates` (the pool's blocks from the request's size on): the block
+    /// [`Self::get_free_block`] must choose.
+    fn expandable_best_fit(&self, mut candidates: impl Iterator<Item = u32>) -> u32 {
+        let expandable_size = |b: u32| {
+            let bl = &self.blocks[b as usize];
+            bl.size + if bl.next != NONE && !self.blocks[bl.next as usize].mapped { self.blocks[bl.next as usize].size } else { 0 }
+        };
+        let mut it = candidates.next().expect("a first candidate");
+        for next in candidates {
+            if self.blocks[it as usize].expandable == NONE || expandable_size(next) >= expandable_size(it) {
+                break;
+            }
+            it = next;
+        }
+        it
     }
 
     /// `alloc_block`: a new segment (or mapped pages of an expandable segment).
