@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 import allocreplay
 from allocreplay import _core, progress
 from conftest import TRACES, run_subprocess, shared
@@ -62,6 +64,15 @@ def test_the_bar_is_drawn_on_a_terminal_and_erased_and_silent_otherwise():
 def test_cli_output_has_no_progress_when_not_a_terminal():
     run = run_subprocess("replay", TRACES / "two_streams__default.pickle.xz", "--quiet")
     assert run.code == 0 and run.err == "" and "\r" not in run.out
+
+
+@pytest.mark.parametrize("command", [["validate"], ["info"], ["import", "-o", "{tmp}/t.arrow"]])
+def test_every_command_that_loads_a_trace_takes_quiet(command, tmp_path):
+    # As `replay --quiet`: scripts pass -q to every command that loads a trace.
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    run = run_subprocess(args[0], TRACES / "two_streams__default.pickle.xz", *args[1:], "-q")
+    assert run.code == 0, run.err
+    assert "\r" not in run.err and "\r" not in run.out
 
 
 def test_a_load_counts_the_bytes_of_its_file():

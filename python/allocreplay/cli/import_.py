@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from allocreplay.cli._common import check_output, load_trace, save_trace, sidecar
-from allocreplay.cli._options import OUT_PATH, TRACE_PATH, allocator_option, lenient_option
+from allocreplay.cli._options import OUT_PATH, TRACE_PATH, allocator_option, lenient_option, quiet_option
 
 
 @click.command("import")
@@ -19,11 +19,12 @@ from allocreplay.cli._options import OUT_PATH, TRACE_PATH, allocator_option, len
 )
 @allocator_option
 @lenient_option
-def import_cmd(src: str, out: str, meta: str | None, allocator: str | None, lenient: bool) -> None:
+@quiet_option
+def import_cmd(src: str, out: str, meta: str | None, allocator: str | None, lenient: bool, quiet: bool) -> None:
     """Import a raw capture SRC into the canonical .arrow trace format."""
     target = check_output(out, src, meta, sidecar(src, meta))
     assert target is not None
-    trace = load_trace(src, meta, allocator, lenient=lenient)
+    trace = load_trace(src, meta, allocator, quiet, lenient)
     save_trace(trace, target)
     info = trace.info()
     click.echo(f"{out}: {info.events:,} events ({info.allocs:,} allocs, {info.frees:,} frees) from {src}", err=True)

@@ -10,7 +10,7 @@ import click
 
 from allocreplay import _api
 from allocreplay.cli._common import gib, load_trace, progress_bar
-from allocreplay.cli._options import TRACE_PATH, allocator_option, lenient_option, meta_option
+from allocreplay.cli._options import TRACE_PATH, allocator_option, lenient_option, meta_option, quiet_option
 
 
 def _device_line(md: dict[str, Any], index: int) -> str:
@@ -29,14 +29,15 @@ def _device_line(md: dict[str, Any], index: int) -> str:
 @meta_option
 @allocator_option
 @lenient_option
-def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, lenient: bool) -> None:
+@quiet_option
+def info_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, lenient: bool, quiet: bool) -> None:
     """Counts and recorded peaks of a TRACE."""
     if not lenient and _api._streams(trace, []):
         # A large .arrow file: counted in one pass over the file, never loaded whole.
-        with progress_bar(f"reading {os.path.basename(trace)}", quiet=False):
+        with progress_bar(f"reading {os.path.basename(trace)}", quiet=quiet):
             info, md = _api.info_file(trace)
     else:
-        t = load_trace(trace, meta, allocator, lenient=lenient)
+        t = load_trace(trace, meta, allocator, quiet, lenient)
         info, md = t.info(), t.metadata
     if as_json:
         click.echo(json.dumps(info.to_dict()))

@@ -11,7 +11,7 @@ import click
 
 from allocreplay._api import BfcValidationReport, ValidationReport, validate_reports, validation_dict
 from allocreplay.cli._common import CAPACITY_SOURCES, gib, load_trace
-from allocreplay.cli._options import TRACE_PATH, allocator_option, lenient_option, meta_option
+from allocreplay.cli._options import TRACE_PATH, allocator_option, lenient_option, meta_option, quiet_option
 
 
 @click.command("validate")
@@ -27,10 +27,11 @@ from allocreplay.cli._options import TRACE_PATH, allocator_option, lenient_optio
     "addresses, as every what-if replay does (docs/driver-address-space.md); compares peaks, "
     "retries, OOMs and segment events.",
 )
-def validate_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, lenient: bool, no_addresses: bool) -> None:
+@quiet_option
+def validate_cmd(trace: str, as_json: bool, meta: str | None, allocator: str | None, lenient: bool, no_addresses: bool, quiet: bool) -> None:
     """Replay TRACE under the settings and memory cap it recorded and compare, decision by
     decision, with what the real allocator did. Exit code 1 when the replay differs."""
-    reports = validate_reports(load_trace(trace, meta, allocator, lenient=lenient), no_addresses=no_addresses)
+    reports = validate_reports(load_trace(trace, meta, allocator, quiet, lenient), no_addresses=no_addresses)
     ok = all(r.ok for r in reports)
     if as_json:
         click.echo(json.dumps(validation_dict(reports)))
