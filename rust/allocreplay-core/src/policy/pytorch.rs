@@ -368,23 +368,19 @@ impl CachingAllocator {
             if self.config.expandable_segments {
                 // Best fit on the size a block can expand to (it may be followed by unmapped
                 // address space).
-                let expandable_size = |b: u32| {
-                    let bl = &self.blocks[b as usize];
-                    bl.size + if bl.next != NONE && !self.blocks[bl.next as usize].mapped { self.blocks[bl.next as usize].size } else { 0 }
-                };
                 // Upstream's `while (... expandable_size(*next) < expandable_size(*it))`, with
                 // two shortcuts that decide the same: the blocks come by size, and a block
                 // expands to at least its size, so a candidate `found` that cannot expand
                 // (its neighbour mapped) is not beaten, nor is any by a `next` at least as
                 // large as what `found` expands to. Most candidates stop at the first test,
                 // without the next block's search or a read of its neighbour.
-                let mut found_size = expandable_size(found);
+                let mut found_size = self.expandable_size(found);
                 if found_size != self.blocks[found as usize].size {
                     for next in it {
                         if self.blocks[next as usize].size >= found_size {
                             break;
                         }
-                        let next_size = expandable_size(next);
+                        let next_size = self.expandable_size(next);
                         if next_size >= found_size {
                             break;
                         }
@@ -415,17 +411,21 @@ impl CachingAllocator {
         Some(found)
     }
 
+    /// `get_free_block`'s `expandable_size`: the size block `b` can expand to, its own and that
+    /// of an unmapped block after it.
+    #[inline]
+    fn expandable_size(&self, b: u32) -> u64 {
+        let bl = &self.blocks[b as usize];
+        bl.size + if bl.next != NONE && !self.blocks[bl.next as usize].mapped { self.blocks[bl.next as usize].size } else { 0 }
+    }
+
     /// `get_free_block`'s loop over expandable blocks as upstream writes it, from the first
     /// candidate on `candidates` (the pool's blocks from the request's size on): the block
     /// [`Self::get_free_block`] must choose.
     fn expandable_best_fit(&self, mut candidates: impl Iterator<Item = u32>) -> u32 {
-        let expandable_size = |b: u32| {
-            let bl = &self.blocks[b as usize];
-            bl.size + if bl.next != NONE && !self.blocks[bl.next as usize].mapped { self.blocks[bl.next as usize].size } else { 0 }
-        };
         let mut it = candidates.next().expect("a first candidate");
         for next in candidates {
-            if self.blocks[it as usize].expandable == NONE || expandable_size(next) >= expandable_size(it) {
+            if self.blocks[it as usize].expandable == NONE || self.expandable_size(next) >= self.expandable_size(it) {
                 break;
             }
             it = next;
