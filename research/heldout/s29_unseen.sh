@@ -8,7 +8,7 @@
 # results.txt.
 # Usage (device tool, carry D): D=device/s29 SECS=60 bash research/heldout/s29_unseen.sh
 # (W="falcon_serve" for one workload, ROUNDS / ROUNDS1 rounds at 16 cores / one and two, SKIP2=1
-# skips two cores.)
+# skips two cores, IDLE=60 waits a minute before timing.)
 set -u
 cd "$(dirname "$0")/../.."
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; uptime
@@ -30,6 +30,9 @@ W=$W2
 for n in $W; do xz -T16 -dc $OUT/$n.pickle.xz > /tmp/$n.pickle; done
 tar -C $OUT -cJf $OUT/meta.tar.xz $(cd $OUT; ls *.json *.log) && (cd $OUT; rm -f *.json *.log)
 R=$OUT/results.txt
+# Session 32: the first side by side began with the load at 2.6 (the recordings' compression just
+# done); IDLE seconds of nothing first (default 0).
+sleep ${IDLE:-0}
 run() { echo "== $*" | tee -a $R; uptime | tee -a $R; "$@" 2>&1 | tee -a $R; }
 A="before=$D/before.so after=$D/after.so -- $(for n in $W; do echo /tmp/$n.pickle; done)"
 run python3 benches/core_side_by_side.py ${ROUNDS:-3} $A
