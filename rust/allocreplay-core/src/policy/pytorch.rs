@@ -1385,6 +1385,50 @@ mod tests {
     }
 
     #[test]
+    fn expandable_best_fit_is_upstreams_loop() {
+        // Random requests (small and large pools) and frees under expandable segments, with an
+        // empty_cache now and then so that free blocks sit before unmapped pages. Before each
+        // request, upstream's loop over the pool's candidates (`expandable_best_fit`) names the
+        // block get_free_block must take; the request must land at its address. The loop must
+        // have passed its first candidate many times, or the shortcuts were not put to the test.
+        let (mut a, mut d) = alloc("expandable_segments:True", None);
+        let mut rng = crate::test_rng::XorShift64::new(0x5DEE_CE66_D1CE_4E5B);
+        let (mut live, mut chosen, mut moved) = (Vec::new(), 0, 0);
+        for id in 0..30_000u64 {
+            let x = rng.next_u64();
+            if x % 5 < 3 || live.is_empty() {
+                let size = match (x >> 8) % 4 {
+                    0 | 1 => 512 * (1 + (x >> 16) % 2048),
+                    2 => MB + (x >> 16) % (8 * MB),
+                    _ => 8 * MB + (x >> 16) % (40 * MB),
+                };
+                let rounded = a.round_size(size);
+                let pool = a.pool_index(0, rounded <= K_SMALL_SIZE);
+                let rank = a.rank(0);
+                let candidates: Vec<u32> = a.pools[pool as usize].blocks.range(rank, rounded).map(|(_, _, b)| b).collect();
+                let expected = candidates.first().map(|&first| {
+                    let best = a.expandable_best_fit(candidates.iter().copied());
+                    moved += usize::from(best != first);
+                    a.blocks[best as usize].ptr
+                });
+                let p = a.malloc(&req(id, size, 0), &mut d).unwrap();
+                if let Some(addr) = expected {
+                    assert_eq!(p.addr, addr, "request {id} ({size} bytes)");
+                    chosen += 1;
+                }
+                live.push(id);
+            } else {
+                let id = live.swap_remove((x >> 20) as usize % live.len());
+                free(&mut a, &mut d, id);
+            }
+            if x % 499 == 0 {
+                a.empty_cache(&mut d);
+            }
+        }
+        assert!(chosen > 10_000 && moved > 100, "{chosen} requests served from free blocks, {moved} past the first candidate");
+    }
+
+    #[test]
     fn with_max_split_size_an_expandable_block_is_unmapped_never_cudafreed() {
         // release_available_cached_blocks skips expandable segments' blocks (upstream): the
         // oversize free block A is left to release_cached_blocks, which unmaps its pages. This
