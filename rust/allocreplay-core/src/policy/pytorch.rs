@@ -1421,7 +1421,7 @@ mod tests {
                 let id = live.swap_remove((x >> 20) as usize % live.len());
                 free(&mut a, &mut d, id);
             }
-            if x % 499 == 0 {
+            if x.is_multiple_of(499) {
                 a.empty_cache(&mut d);
             }
         }
