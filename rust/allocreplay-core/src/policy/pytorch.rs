@@ -284,6 +284,7 @@ impl CachingAllocator {
     }
 
     /// `BlockPool::insert_into_blocks`.
+    #[inline(always)]
     fn insert_into_blocks(&mut self, b: u32) {
         let bl = &mut self.blocks[b as usize];
         let pool = &mut self.pools[bl.pool as usize];
@@ -291,6 +292,7 @@ impl CachingAllocator {
         pool.blocks.insert(stream_rank(&mut self.streams, bl.stream), bl.size, bl.ptr, b);
     }
 
+    #[inline(always)]
     fn erase_from_blocks(&mut self, b: u32) {
         let bl = &self.blocks[b as usize];
         self.pools[bl.pool as usize].blocks.remove(stream_rank(&mut self.streams, bl.stream), bl.size, bl.ptr);
@@ -572,6 +574,7 @@ impl CachingAllocator {
     }
 
     /// `try_merge_blocks`: merges free neighbour `src` into `dst`; returns the subsumed size.
+    #[inline(always)]
     fn try_merge_blocks(&mut self, dst: u32, src: u32) -> u64 {
         if src == NONE {
             return 0;
@@ -637,6 +640,7 @@ impl CachingAllocator {
     }
 
     /// `free_block`: the block returns to its pool, merged with free neighbours.
+    #[inline(always)]
     fn free_block(&mut self, b: u32) {
         let (requested, size) = {
             let bl = &mut self.blocks[b as usize];
