@@ -116,7 +116,7 @@ impl<const UNIT: u64> FreeBlocks<UNIT> {
         self.len
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, rank: u32, size: u64, ptr: u64, val: u32) {
         self.ranks = self.ranks.max(rank + 1);
         if !self.unclassed && (size == 0 || !size.is_multiple_of(UNIT)) {
@@ -162,7 +162,7 @@ impl<const UNIT: u64> FreeBlocks<UNIT> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, rank: u32, size: u64, ptr: u64) -> Option<u32> {
         let cl = match self.classes.get_mut(rank as usize) {
             Some(Some(cl)) if !self.unclassed && has_class(size, UNIT) => cl,

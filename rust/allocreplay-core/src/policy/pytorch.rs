@@ -613,6 +613,7 @@ impl CachingAllocator {
     }
 
     /// `alloc_found_block`.
+    #[inline(always)]
     fn alloc_found_block(&mut self, mut block: u32, size: u64, req: &Request, split_remainder: bool) -> u32 {
         if split_remainder {
             let remaining = block;
