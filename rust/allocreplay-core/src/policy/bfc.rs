@@ -229,6 +229,7 @@ impl Bfc {
     }
 
     /// `InsertFreeChunk`.
+    #[inline(always)]
     fn insert_free_chunk(&mut self, h: u32) {
         let c = self.c(h);
         debug_assert!(!c.in_use && c.bin_num == -1);
@@ -239,6 +240,7 @@ impl Bfc {
     }
 
     /// `RemoveFreeChunkFromBin`.
+    #[inline(always)]
     fn remove_free_chunk_from_bin(&mut self, h: u32) {
         let c = *self.c(h);
         debug_assert!(!c.in_use && c.bin_num >= 0);
@@ -248,6 +250,7 @@ impl Bfc {
     }
 
     /// `SplitChunk(h, num_bytes)`: `h` keeps the low `num_bytes`; the rest becomes a free chunk.
+    #[inline(always)]
     fn split_chunk(&mut self, h: u32, num_bytes: u64) {
         let h_new = self.allocate_chunk();
         let c = *self.c(h);
@@ -274,6 +277,7 @@ impl Bfc {
     }
 
     /// `MergeChunks(h1, h2)`: h2 (the next of h1) is merged into h1.
+    #[inline(always)]
     fn merge_chunks(&mut self, h1: u32, h2: u32) {
         let c2 = *self.c(h2);
         debug_assert!(!self.c(h1).in_use && !c2.in_use && c2.prev == h1);
@@ -306,6 +310,7 @@ impl Bfc {
     }
 
     /// Marks `h` in use for request `req` (`FindChunkPtr`'s tail / `FinishChunkAllocation`).
+    #[inline(always)]
     fn finish_chunk_allocation(&mut self, h: u32, req: &Request) -> Placement {
         let c = self.cm(h);
         c.in_use = true;
@@ -329,6 +334,7 @@ impl Bfc {
 
     /// `FindChunkPtr`: from the request's bin upwards, the first free chunk (in (size, address)
     /// order) that fits: the smallest fitting chunk, lowest address on ties.
+    #[inline(always)]
     fn find_chunk_ptr(&mut self, rounded: u64, req: &Request) -> Option<Placement> {
         // Upstream walks the bins from `BinNumForSize(rounded)` up, each from its first chunk,
         // skipping the chunks below `rounded` in the first: every chunk of a later bin is
