@@ -8,19 +8,22 @@
 # results.txt.
 # Usage (device tool, carry D): D=device/s29 SECS=60 bash research/heldout/s29_unseen.sh
 # (W="falcon_serve" for one workload, ROUNDS / ROUNDS1 rounds at 16 cores / one and two, SKIP2=1
-# skips two cores, IDLE=60 waits a minute before timing.)
+# skips two cores, IDLE=60 waits a minute before timing; session 33: WF=research/heldout/
+# workloads_s33.py W="mixtral_serve bart_beam" records another file's workloads, with no
+# fallback.)
 set -u
 cd "$(dirname "$0")/../.."
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; uptime
-D=${D:-device/s29}; SECS=${SECS:-60}; W="${W:-gptj_sample falcon_serve}"
+D=${D:-device/s29}; SECS=${SECS:-60}; W="${W:-gptj_sample falcon_serve}"; WF=${WF:-research/heldout/workloads_s29.py}
 for b in before after; do xz -dkf $D/$b.so.xz; done
-bash research/driver-probes/s23/cap.sh $(for w in $W; do echo $w=research/heldout/workloads_s29.py:$w,$SECS; done) > /tmp/cap.txt 2>&1
+bash research/driver-probes/s23/cap.sh $(for w in $W; do echo $w=$WF:$w,$SECS; done) > /tmp/cap.txt 2>&1
 cat /tmp/cap.txt
 # A workload that recorded nothing (a model family missing from this transformers) is replaced
 # by session 25's held-out one of its kind.
 W2=""
 for n in $W; do
   if [ -s $OUT/$n.pickle.xz ]; then W2="$W2 $n"; continue; fi
+  if [ $WF != research/heldout/workloads_s29.py ]; then echo "$n recorded nothing"; continue; fi
   alt=$([ $n = gptj_sample ] && echo gpt2_beam || echo mistral_serve); echo "$n failed: $alt instead"
   rm -f $OUT/$n.pickle.xz
   bash research/driver-probes/s23/cap.sh $alt=research/heldout/workloads_s25.py:$alt,$SECS 2>&1 | tail -5
