@@ -2,7 +2,9 @@
 each measurement in a child process that loads one build's `_core`, builds alternated round by
 round. Per trace: `_core.load` of the decompressed pickle vs `pickle.loads` of the same bytes
 (gc on, as CPython runs it), and `_core.replay(trace, [policy])` with its defaults (placements
-on, built lazily) and with placements=False. M events/s, best of ROUNDS.
+on, built lazily) and with placements=False. M events/s, best of ROUNDS (processes) times
+CORE_SIDE_BY_SIDE_CALLS (calls of each mode per process, alternating which mode goes first; 3: as
+issue 30 measured, "best of 3" calls as a user makes them in one process).
 Usage: python benches/core_side_by_side.py ROUNDS NAME=SO NAME=SO -- TRACE.pickle..."""
 
 import gc
@@ -36,14 +38,18 @@ def child(so, path):
     gc.collect()
     n = len(tr)
     print(json.dumps({"what": "import", "events": n, "load_s": load_s, "pickle_s": pickle_s}), flush=True)
+    # Session 33: each policy's calls alternate the two modes, CALLS of each (default 1, as
+    # before), so that neither mode is always a process's first call of that policy.
+    calls = int(os.environ.get("CORE_SIDE_BY_SIDE_CALLS", "1"))
     for p in POLICIES:
-        for mode, placements in (("defaults", True), ("noplace", False)):
-            gc.collect()
-            t = time.perf_counter()
-            r = core.replay(tr, [p], None, 2000, placements)
-            s = time.perf_counter() - t
-            del r
-            print(json.dumps({"what": p, "mode": mode, "events": n, "seconds": s}), flush=True)
+        for k in range(calls):
+            for mode, placements in (("defaults", True), ("noplace", False))[:: 1 if k % 2 == 0 else -1]:
+                gc.collect()
+                t = time.perf_counter()
+                r = core.replay(tr, [p], None, 2000, placements)
+                s = time.perf_counter() - t
+                del r
+                print(json.dumps({"what": p, "mode": mode, "events": n, "seconds": s, "call": k}), flush=True)
 
 
 def main():
@@ -71,7 +77,8 @@ def main():
                     else:
                         key = (name, m["what"], m["mode"])
                         best[key] = max(best.get(key, 0), ev / m["seconds"] / 1e6)
-        print(f"\n{os.path.basename(tr)}: {ev:,} events, best of {rounds}, load avg now {os.getloadavg()[0]:.1f}")
+        calls = int(os.environ.get("CORE_SIDE_BY_SIDE_CALLS", "1"))
+        print(f"\n{os.path.basename(tr)}: {ev:,} events, best of {rounds} processes x {calls} calls, load avg now {os.getloadavg()[0]:.1f}")
         names = [n for n, _ in builds]
         print("| policy | " + " | ".join(f"{n} defaults | {n} placements=False" for n in names) + " |")
         for p in POLICIES:
@@ -82,7 +89,8 @@ def main():
                 + " / ".join(f"{x:.2f}x" for x in ratio.get(n, []))
                 + "  (ms load vs pickle: "
                 + " / ".join(f"{a * 1e3:.0f} vs {b * 1e3:.0f}" for a, b in secs.get(n, []))
-                + ")",
+                + ")"
+                + (f"; fastest load vs fastest pickle.loads: {min(b for _, b in secs[n]) / min(a for a, _ in secs[n]):.2f}x" if secs.get(n) else ""),
                 flush=True,
             )
 
