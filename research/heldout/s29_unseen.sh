@@ -10,7 +10,7 @@
 # (W="falcon_serve" for one workload, ROUNDS / ROUNDS1 rounds at 16 cores / one and two, SKIP2=1
 # skips two cores, IDLE=60 waits a minute before timing; session 33: WF=research/heldout/
 # workloads_s33.py W="mixtral_serve bart_beam" records another file's workloads, with no
-# fallback.)
+# fallback; EXTRA adds carried recordings.)
 set -u
 cd "$(dirname "$0")/../.."
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; uptime
@@ -31,6 +31,9 @@ for n in $W; do
 done
 W=$W2
 for n in $W; do xz -T16 -dc $OUT/$n.pickle.xz > /tmp/$n.pickle; done
+# Session 33: EXTRA="D/NAME.pickle.xz ..." adds recordings made by an earlier call (carried) to
+# the side by side.
+for x in ${EXTRA:-}; do n=$(basename $x .pickle.xz); xz -T16 -dc $x > /tmp/$n.pickle; W="$W $n"; done
 tar -C $OUT -cJf $OUT/meta.tar.xz $(cd $OUT; ls *.json *.log) && (cd $OUT; rm -f *.json *.log)
 R=$OUT/results.txt
 # Session 32: the first side by side began with the load at 2.6 (the recordings' compression just
