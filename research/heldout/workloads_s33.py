@@ -6,31 +6,36 @@ was profiled on gptj_sample and falcon_serve only):
   prompts 16-700 tokens, 8-64 new tokens): a serving run with many small, varied requests;
 - bart_beam: a BART-style fp16 encoder-decoder summarising with beam search (2 beams, batch 1-8,
   sources 32-900 tokens, 8-64 new tokens): a generate run.
-Seed 0, random.Random(0); each runs requests until SECONDS have passed.
-Usage: python workloads_s33.py NAME SECONDS"""
-import random, sys, time
+Seed 0, random.Random(0); each runs requests until SECONDS have passed or REQUESTS are answered
+(what-if runs under other allocator settings then make the same requests);
+WORKLOAD_MEMORY_FRACTION sets torch.cuda.set_per_process_memory_fraction first (a cap).
+Usage: python workloads_s33.py NAME SECONDS [REQUESTS]"""
+import os, random, sys, time
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from workloads_s29 import Requests  # noqa: E402
 
-def mixtral_serve(rng, until):
+
+def mixtral_serve(rng, requests):
     from transformers import MixtralConfig, MixtralForCausalLM
     cfg = MixtralConfig(hidden_size=768, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=12, num_key_value_heads=4,
                         num_local_experts=8, num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=4096)
     model = MixtralForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
     with torch.no_grad():
-        while time.time() < until:
+        while requests.more():
             bs = rng.randint(1, 12); n = rng.randint(16, 700); m = rng.randint(8, 64)
             x = torch.randint(0, cfg.vocab_size, (bs, n), device="cuda")
             model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, pad_token_id=0, do_sample=False)
 
 
-def bart_beam(rng, until):
+def bart_beam(rng, requests):
     from transformers import BartConfig, BartForConditionalGeneration
     cfg = BartConfig(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12, decoder_attention_heads=12,
                      encoder_ffn_dim=3072, decoder_ffn_dim=3072, vocab_size=50265, max_position_embeddings=1024)
     model = BartForConditionalGeneration(cfg).cuda().half().eval()
     with torch.no_grad():
-        while time.time() < until:
+        while requests.more():
             bs = rng.randint(1, 8); n = rng.randint(32, 900); m = rng.randint(8, 64)
             x = torch.randint(3, cfg.vocab_size, (bs, n), device="cuda")
             model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, num_beams=2, do_sample=False)
@@ -38,7 +43,10 @@ def bart_beam(rng, until):
 
 if __name__ == "__main__":
     name, seconds = sys.argv[1], float(sys.argv[2])
+    limit = int(sys.argv[3]) if len(sys.argv) > 3 else None
     torch.manual_seed(0); rng = random.Random(0); torch.cuda.init()
-    t0 = time.time(); globals()[name](rng, t0 + seconds); torch.cuda.synchronize()
+    if os.environ.get("WORKLOAD_MEMORY_FRACTION"):
+        torch.cuda.set_per_process_memory_fraction(float(os.environ["WORKLOAD_MEMORY_FRACTION"]))
+    t0 = time.time(); requests = Requests(t0 + seconds, limit); globals()[name](rng, requests); torch.cuda.synchronize()
     ms = torch.cuda.memory_stats()
-    print(name, "wall", round(time.time() - t0, 1), "peak_reserved", ms.get("reserved_bytes.all.peak"), flush=True)
+    print(name, "wall", round(time.time() - t0, 1), "requests left", requests.left, "peak_reserved", ms.get("reserved_bytes.all.peak"), flush=True)
