@@ -824,6 +824,27 @@ mod tests {
     const MIB: u64 = 1 << 20;
     const CH: u64 = 32 * MIB;
 
+    #[test]
+    fn chunks_of_is_the_division_for_every_chunk_size() {
+        // The shift for a power of two, the division otherwise: both must give
+        // [off / chunk, (off + size - 1) / chunk].
+        let mut rng = crate::test_rng::XorShift64::new(0x5eed_c0de);
+        for chunk in [POOL_ALIGN, 2 * MIB, CH, 3 * MIB, 20 * MIB + POOL_ALIGN, 7 * POOL_ALIGN] {
+            let p = CudaAsync::new("x".into(), u64::MAX, 0, chunk);
+            for _ in 0..2000 {
+                let off = rng.below(POOL_VA);
+                let most = if rng.below(2) == 0 { 4 * chunk } else { 1 << 40 };
+                let size = 1 + rng.below(most);
+                let want = ((off / chunk) as usize, ((off + size - 1) / chunk) as usize);
+                assert_eq!(p.chunks_of(off, size), want, "chunk {chunk}, {size} bytes at {off}");
+            }
+            // A range ending on the last byte of a chunk, and one starting at the next.
+            assert_eq!(p.chunks_of(0, chunk), (0, 0));
+            assert_eq!(p.chunks_of(chunk, 1), (1, 1));
+            assert_eq!(p.chunks_of(chunk - 1, 2), (0, 1));
+        }
+    }
+
     fn req(id: u64, size: u64) -> Request {
         Request { event: id as usize, id, size, stream: 0, pool: 0, recorded_addr: None, recorded_chunk: None }
     }
