@@ -49,12 +49,18 @@ def falcon_serve(rng, requests):
             model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, pad_token_id=0, do_sample=False)
 
 
-if __name__ == "__main__":
+def main(workloads):
+    """Runs the workload named by argv[1] (a function of `workloads`) for argv[2] seconds or argv[3]
+    requests, then prints its wall time and peak reserved bytes."""
     name, seconds = sys.argv[1], float(sys.argv[2])
     limit = int(sys.argv[3]) if len(sys.argv) > 3 else None
     torch.manual_seed(0); rng = random.Random(0); torch.cuda.init()
     if os.environ.get("WORKLOAD_MEMORY_FRACTION"):
         torch.cuda.set_per_process_memory_fraction(float(os.environ["WORKLOAD_MEMORY_FRACTION"]))
-    t0 = time.time(); requests = Requests(t0 + seconds, limit); globals()[name](rng, requests); torch.cuda.synchronize()
+    t0 = time.time(); requests = Requests(t0 + seconds, limit); workloads[name](rng, requests); torch.cuda.synchronize()
     ms = torch.cuda.memory_stats()
     print(name, "wall", round(time.time() - t0, 1), "requests left", requests.left, "peak_reserved", ms.get("reserved_bytes.all.peak"), flush=True)
+
+
+if __name__ == "__main__":
+    main(globals())

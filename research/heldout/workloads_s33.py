@@ -10,11 +10,11 @@ Seed 0, random.Random(0); each runs requests until SECONDS have passed or REQUES
 (what-if runs under other allocator settings then make the same requests);
 WORKLOAD_MEMORY_FRACTION sets torch.cuda.set_per_process_memory_fraction first (a cap).
 Usage: python workloads_s33.py NAME SECONDS [REQUESTS]"""
-import os, random, sys, time
+import os, sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from workloads_s29 import Requests  # noqa: E402
+from workloads_s29 import main  # noqa: E402
 
 
 def mixtral_serve(rng, requests):
@@ -42,11 +42,4 @@ def bart_beam(rng, requests):
 
 
 if __name__ == "__main__":
-    name, seconds = sys.argv[1], float(sys.argv[2])
-    limit = int(sys.argv[3]) if len(sys.argv) > 3 else None
-    torch.manual_seed(0); rng = random.Random(0); torch.cuda.init()
-    if os.environ.get("WORKLOAD_MEMORY_FRACTION"):
-        torch.cuda.set_per_process_memory_fraction(float(os.environ["WORKLOAD_MEMORY_FRACTION"]))
-    t0 = time.time(); requests = Requests(t0 + seconds, limit); globals()[name](rng, requests); torch.cuda.synchronize()
-    ms = torch.cuda.memory_stats()
-    print(name, "wall", round(time.time() - t0, 1), "requests left", requests.left, "peak_reserved", ms.get("reserved_bytes.all.peak"), flush=True)
+    main(globals())
