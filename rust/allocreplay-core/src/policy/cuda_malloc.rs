@@ -16,6 +16,8 @@
 //! (tests/cuda_policies.rs). `num_device_alloc` / `num_device_free` count the driver calls, so a
 //! side-by-side replay shows what a caching allocator saves.
 
+use std::num::NonZeroU64;
+
 use rustc_hash::FxHashMap;
 
 use super::class_bitmap::{ClassBitmap, CLASSES};
@@ -338,21 +340,23 @@ impl PageLayout {
     }
 }
 
-/// A live allocation: its requested size and where it lies, in three words. Not a [`Placed`]:
+/// A live allocation: its requested size and where it lies, in two words. Not a [`Placed`]:
 /// copying that enum out of the map and back into a call went through overlapping stack
 /// stores, read back at other widths (a store-forwarding stall on every free); the shared
-/// page and offset are one word for the same reason.
+/// page and offset are one word for the same reason. The size is never 0 (a zero-byte
+/// request takes no slot), so an `Option<Slot>` is 16 bytes too: the id map's pages, read at
+/// every free and written at every malloc, hold four slots a cache line, not two.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    size: u64,
-    /// The allocation's address (a large one's pages start there).
-    addr: u64,
-    /// `page << 32 | offset` in a shared page, or [`LARGE`] when it has pages of its own.
+    size: NonZeroU64,
+    /// `page << 32 | offset` in a shared page, or a large allocation's address (its pages start
+    /// there) with the [`LARGE`] bit set.
     loc: u64,
 }
 
-/// [`Slot::loc`] of a large allocation.
-const LARGE: u64 = u64::MAX;
+/// The bit of [`Slot::loc`] that marks a large allocation: above any device address, and above
+/// `page << 32` (pages are far fewer than 2^31).
+const LARGE: u64 = 1 << 63;
 
 #[derive(Debug, Default)]
 pub struct CudaMalloc {
@@ -375,13 +379,15 @@ impl CudaMalloc {
     #[inline(always)]
     fn release(&mut self, id: u64, device: &mut DeviceMemory) {
         let Some(s) = self.slots.remove(id) else { return };
-        let rounded = PageLayout::rounded(s.size);
-        self.stats.sub_allocated(rounded, s.size);
+        let size = s.size.get();
+        let rounded = PageLayout::rounded(size);
+        self.stats.sub_allocated(rounded, size);
         // cudaFree
         self.stats.num_device_free += 1;
-        if s.loc == LARGE {
-            device.free(s.addr, rounded);
-            self.large.remove(&s.addr);
+        if s.loc & LARGE != 0 {
+            let addr = s.loc & !LARGE;
+            device.free(addr, rounded);
+            self.large.remove(&addr);
             self.stats.sub_reserved(rounded);
         } else if self.layout.free_small((s.loc >> 32) as u32, s.loc & 0xffff_ffff, rounded, device) {
             // The page's last allocation: the page goes back to the driver.
@@ -412,9 +418,16 @@ impl Policy for CudaMalloc {
         let rounded = PageLayout::rounded(req.size);
         self.stats.num_device_alloc += 1;
         self.stats.add_allocated(rounded, req.size);
+        let size = NonZeroU64::new(req.size).expect("a zero-byte request returned above");
         let slot = match placed {
-            Placed::Large { addr, .. } => Slot { size: req.size, addr, loc: LARGE },
-            Placed::Small { page, off, addr, .. } => Slot { size: req.size, addr, loc: (u64::from(page) << 32) | off },
+            Placed::Large { addr, .. } => {
+                debug_assert_eq!(addr & LARGE, 0, "a device address below 2^63");
+                Slot { size, loc: addr | LARGE }
+            }
+            Placed::Small { page, off, .. } => {
+                debug_assert!(page < 1 << 31 && off < 1 << 32);
+                Slot { size, loc: (u64::from(page) << 32) | off }
+            }
         };
         self.slots.insert(req.id, slot);
         Ok(match placed {
@@ -498,6 +511,11 @@ mod tests {
     use crate::trace::TraceMetadata;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_slot_and_an_empty_one_are_two_words() {
+        assert_eq!(std::mem::size_of::<Option<Slot>>(), 16);
+    }
 
     fn req(id: u64, size: u64) -> Request {
         Request { event: id as usize, id, size, stream: 0, pool: 0, recorded_addr: None, recorded_chunk: None }
