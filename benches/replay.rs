@@ -2,7 +2,9 @@
 //!
 //!     cargo bench -p allocreplay-core --bench replay [-- TRACE]
 //!
-//! `ALLOCREPLAY_BENCH_POLICIES="cuda-async;managed"` replaces the list of policies.
+//! `ALLOCREPLAY_BENCH_POLICIES="cuda-async;managed"` replaces the list of policies;
+//! `ALLOCREPLAY_BENCH_VERBOSE=1` prints every run's M events/s, in order;
+//! `ALLOCREPLAY_BENCH_THREAD=1` runs each replay on a new thread, as the Python binding does.
 //!
 //! Default TRACE: ../shared/traces/pytorch/gpt2_train__default.pickle.xz (52,626 events).
 //! Each policy replays the whole trace repeatedly (a fresh allocator each time) for about two
@@ -45,6 +47,9 @@ fn main() {
     // them (`ALLOCREPLAY_BENCH_IN_LINE=1`: none).
     let in_line = std::env::var_os("ALLOCREPLAY_BENCH_IN_LINE").is_some();
     let opts = ReplayOptions { timeline: Some(2000), defer_addresses: !in_line, ..ReplayOptions::default() };
+    let new_thread = std::env::var_os("ALLOCREPLAY_BENCH_THREAD").is_some();
+    // ALLOCREPLAY_BENCH_VERBOSE=1: every run's M events/s, in order.
+    let verbose = std::env::var_os("ALLOCREPLAY_BENCH_VERBOSE").is_some();
     for spec in &specs {
         let spec = spec.as_str();
         let ctx = PolicyContext { metadata: &trace.metadata, device: trace.metadata.device(device), capacity: None };
@@ -52,11 +57,20 @@ fn main() {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(2) || runs < 3 {
             let run = Instant::now();
-            let mut policy = build(spec, &ctx).unwrap();
-            let r = replay_device(&trace, device, policy.as_mut(), &opts);
-            best = best.max(r.events as f64 / run.elapsed().as_secs_f64());
+            // ALLOCREPLAY_BENCH_THREAD=1: each run on a thread of its own, as the Python
+            // binding's calls are (`interrupt::detach`).
+            let one = || replay_device(&trace, device, build(spec, &ctx).unwrap().as_mut(), &opts);
+            let r = if new_thread { std::thread::scope(|s| s.spawn(one).join().unwrap()) } else { one() };
+            let rate = r.events as f64 / run.elapsed().as_secs_f64();
+            if verbose {
+                print!(" {:.1}", rate / 1e6);
+            }
+            best = best.max(rate);
             events += r.events;
             runs += 1;
+        }
+        if verbose {
+            println!();
         }
         let s = start.elapsed().as_secs_f64();
         // The best run is the one least disturbed by other processes on a shared machine.
