@@ -20,6 +20,8 @@ for spec in "$@"; do
   p=$(ls $R/torch-*.pickle | head -1); j=$(ls $R/torch-*-dev0.json | head -1)
   cp $j $OUT/$name.json
   python3 -c "import json; j=json.load(open('$j')); d=j.get('driver_memory'); h=j.get('host_va'); print('$name wall_s', round(j.get('wall_s', 0), 1), 'host_va', None if h is None else (len(h['changes']), h['error']), 'driver_memory', d and (d['changes'][:12], d['error']))"
-  xz -6 -T8 -c $p > $OUT/$name.pickle.xz
+  # Session 34: KEEP_RAW=1 keeps the plain pickle in /tmp/NAME.pickle (validated there); XZ sets xz's level and threads.
+  [ -n "${KEEP_RAW:-}" ] && cp $p /tmp/$name.pickle
+  xz ${XZ:--6 -T8} -c $p > $OUT/$name.pickle.xz
   if [ -n "${CAPS_TAR:-}" ]; then tar -rf $OUT/caps.tar -C $OUT $name.json $name.pickle.xz $name.log && rm $OUT/$name.json $OUT/$name.pickle.xz $OUT/$name.log; fi
 done

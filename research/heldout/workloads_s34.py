@@ -1,0 +1,51 @@
+"""Session 34 serving runs of hundreds of thousands of requests (issue 29 item 1: "record more
+long serving and generate runs ... hundreds of thousands of requests"). Small decoders, so that
+one recording answers that many requests in a few minutes on one GPU; every `generate` call is
+a batch of 1-32 requests (sequences) with prompts of 16-600 tokens and 1-6 new tokens (greedy),
+the shapes changing from call to call as a server's do:
+- llama_serve_many: a Llama-style fp16 decoder (2 layers, hidden 256, grouped-query attention);
+- neox_serve_many: a GPT-NeoX-style bf16 decoder (2 layers, hidden 256, rotary).
+Seed 0, random.Random(0); each answers requests until SECONDS have passed or REQUESTS requests
+(sequences, not calls) are answered, then prints how many it answered and its peak reserved.
+Usage: python workloads_s34.py NAME SECONDS [REQUESTS]"""
+import os, random, sys, time
+import torch
+
+
+def serve(model, vocab, rng, until, limit):
+    served = calls = 0
+    with torch.no_grad():
+        while time.time() < until and (limit is None or served < limit):
+            bs = rng.randint(1, 32); n = rng.randint(16, 600); m = rng.randint(1, 6)
+            x = torch.randint(0, vocab, (bs, n), device="cuda")
+            model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, pad_token_id=0, do_sample=False)
+            served += bs; calls += 1
+    return served, calls
+
+
+def llama_serve_many(rng, until, limit):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      vocab_size=32000, max_position_embeddings=1024)
+    model = LlamaForCausalLM(cfg).cuda().half().eval()
+    return serve(model, cfg.vocab_size, rng, until, limit)
+
+
+def neox_serve_many(rng, until, limit):
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    cfg = GPTNeoXConfig(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
+                        vocab_size=50432, max_position_embeddings=1024)
+    model = GPTNeoXForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    return serve(model, cfg.vocab_size, rng, until, limit)
+
+
+if __name__ == "__main__":
+    name, seconds = sys.argv[1], float(sys.argv[2])
+    limit = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    torch.manual_seed(0); rng = random.Random(0); torch.cuda.init()
+    t0 = time.time()
+    served, calls = globals()[name](rng, t0 + seconds, limit)
+    torch.cuda.synchronize()
+    ms = torch.cuda.memory_stats()
+    print(name, "wall", round(time.time() - t0, 1), "requests", served, "generate_calls", calls,
+          "peak_reserved", ms.get("reserved_bytes.all.peak"), flush=True)
