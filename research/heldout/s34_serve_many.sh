@@ -5,7 +5,7 @@
 # (s34_validate.py, through the release extension D/after.so.xz: the device has no Polars).
 # Comes back: results.txt (the validation lines), meta.tar.xz (json, logs), and each recording
 # xz'd in parts of at most 15 MiB (NAME.pickle.xz.part_aa, ...: `cat` them back together).
-# Usage (device tool, carry D): D=device/s34 W="llama_serve_many:300 neox_serve_many:170" N=250000 bash research/heldout/s34_serve_many.sh
+# Usage (device tool, carry D; as run in session 34): D=device/s34 W="llama_serve_many:210 neox_serve_many:90" N=250000 bash research/heldout/s34_serve_many.sh
 set -u
 cd "$(dirname "$0")/../.."
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc

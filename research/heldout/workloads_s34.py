@@ -1,6 +1,7 @@
 """Session 34 serving runs of hundreds of thousands of requests (issue 29 item 1: "record more
-long serving and generate runs ... hundreds of thousands of requests"). Small decoders, so that
-one recording answers that many requests in a few minutes on one GPU; every `generate` call is
+long serving and generate runs ... hundreds of thousands of requests"). Small decoders, meant to
+answer that many requests in a few minutes on one GPU (they did not: about 67 requests a second
+were answered under the recorder, see research/heldout/README.md, session 34); every `generate` call is
 a batch of 1-32 requests (sequences) with prompts of 16-600 tokens and 1-6 new tokens (greedy),
 the shapes changing from call to call as a server's do:
 - llama_serve_many: a Llama-style fp16 decoder (2 layers, hidden 256, grouped-query attention);
