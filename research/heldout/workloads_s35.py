@@ -1,0 +1,58 @@
+"""Session 35 serving runs meant to reach hundreds of thousands of requests (issue 29 item 1).
+Session 34's runs (workloads_s34.py, `generate`) answered about 67 requests a second: each
+decoding step paused 35-60 ms. Here each batch is decoded by a plain loop (the model's forward
+with its KV cache, greedy argmax, the tokens returned to the host once per batch as a server
+does), so a step costs what the model's kernels cost. Batches of 1-32 requests, prompts of
+16-600 tokens, 1-6 new tokens, the shapes changing from call to call:
+- llama_serve_loop: a Llama-style fp16 decoder (2 layers, hidden 256, grouped-query attention);
+- neox_serve_loop: a GPT-NeoX-style bf16 decoder (2 layers, hidden 256, rotary).
+Seed 0, random.Random(0); each answers requests until SECONDS have passed or REQUESTS requests
+are answered, then prints how many it answered, its steps and its peak reserved.
+Usage: python workloads_s35.py NAME SECONDS [REQUESTS]"""
+import random, sys, time
+import torch
+
+
+def serve(model, vocab, rng, until, limit):
+    served = calls = steps = 0
+    with torch.inference_mode():
+        while time.time() < until and (limit is None or served < limit):
+            bs = rng.randint(1, 32); n = rng.randint(16, 600); m = rng.randint(1, 6)
+            x = torch.randint(0, vocab, (bs, n), device="cuda")
+            out = model(input_ids=x, use_cache=True)
+            tok = out.logits[:, -1].argmax(-1, keepdim=True); toks = [tok]
+            for _ in range(m - 1):
+                out = model(input_ids=tok, past_key_values=out.past_key_values, use_cache=True)
+                tok = out.logits[:, -1].argmax(-1, keepdim=True); toks.append(tok)
+            del out
+            torch.cat(toks, 1).tolist()  # the answer goes back to the host
+            served += bs; calls += 1; steps += m
+    return served, calls, steps
+
+
+def llama_serve_loop(rng, until, limit):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      vocab_size=32000, max_position_embeddings=1024)
+    model = LlamaForCausalLM(cfg).cuda().half().eval()
+    return serve(model, cfg.vocab_size, rng, until, limit)
+
+
+def neox_serve_loop(rng, until, limit):
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    cfg = GPTNeoXConfig(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
+                        vocab_size=50432, max_position_embeddings=1024)
+    model = GPTNeoXForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    return serve(model, cfg.vocab_size, rng, until, limit)
+
+
+if __name__ == "__main__":
+    name, seconds = sys.argv[1], float(sys.argv[2])
+    limit = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    torch.manual_seed(0); rng = random.Random(0); torch.cuda.init()
+    t0 = time.time()
+    served, calls, steps = globals()[name](rng, t0 + seconds, limit)
+    torch.cuda.synchronize()
+    ms = torch.cuda.memory_stats()
+    print(name, "wall", round(time.time() - t0, 1), "requests", served, "calls", calls, "steps", steps,
+          "peak_reserved", ms.get("reserved_bytes.all.peak"), flush=True)
