@@ -24,20 +24,28 @@ def serve(model, vocab, rng, until, limit):
     return served, calls
 
 
-def llama_serve_many(rng, until, limit):
+def llama_model():
+    """The Llama-style fp16 decoder on the GPU, and its vocabulary size (also workloads_s35.py's)."""
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                       vocab_size=32000, max_position_embeddings=1024)
-    model = LlamaForCausalLM(cfg).cuda().half().eval()
-    return serve(model, cfg.vocab_size, rng, until, limit)
+    return LlamaForCausalLM(cfg).cuda().half().eval(), cfg.vocab_size
 
 
-def neox_serve_many(rng, until, limit):
+def neox_model():
+    """The GPT-NeoX-style bf16 decoder on the GPU, and its vocabulary size (also workloads_s35.py's)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
     cfg = GPTNeoXConfig(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
                         vocab_size=50432, max_position_embeddings=1024)
-    model = GPTNeoXForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
-    return serve(model, cfg.vocab_size, rng, until, limit)
+    return GPTNeoXForCausalLM(cfg).cuda().to(torch.bfloat16).eval(), cfg.vocab_size
+
+
+def llama_serve_many(rng, until, limit):
+    return serve(*llama_model(), rng, until, limit)
+
+
+def neox_serve_many(rng, until, limit):
+    return serve(*neox_model(), rng, until, limit)
 
 
 if __name__ == "__main__":

@@ -4,13 +4,14 @@ decoding step paused 35-60 ms. Here each batch is decoded by a plain loop (the m
 with its KV cache, greedy argmax, the tokens returned to the host once per batch as a server
 does), so a step costs what the model's kernels cost. Batches of 1-32 requests, prompts of
 16-600 tokens, 1-6 new tokens, the shapes changing from call to call:
-- llama_serve_loop: a Llama-style fp16 decoder (2 layers, hidden 256, grouped-query attention);
-- neox_serve_loop: a GPT-NeoX-style bf16 decoder (2 layers, hidden 256, rotary).
+- llama_serve_loop, neox_serve_loop: session 34's two decoders (workloads_s34.py: Llama-style
+  fp16 and GPT-NeoX-style bf16, 2 layers, hidden 256).
 Seed 0, random.Random(0); each answers requests until SECONDS have passed or REQUESTS requests
 are answered, then prints how many it answered, its steps and its peak reserved.
 Usage: python workloads_s35.py NAME SECONDS [REQUESTS]"""
 import random, sys, time
 import torch
+from workloads_s34 import llama_model, neox_model  # the same two models as session 34's runs
 
 
 def serve(model, vocab, rng, until, limit):
@@ -31,19 +32,11 @@ def serve(model, vocab, rng, until, limit):
 
 
 def llama_serve_loop(rng, until, limit):
-    from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      vocab_size=32000, max_position_embeddings=1024)
-    model = LlamaForCausalLM(cfg).cuda().half().eval()
-    return serve(model, cfg.vocab_size, rng, until, limit)
+    return serve(*llama_model(), rng, until, limit)
 
 
 def neox_serve_loop(rng, until, limit):
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-    cfg = GPTNeoXConfig(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4,
-                        vocab_size=50432, max_position_embeddings=1024)
-    model = GPTNeoXForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
-    return serve(model, cfg.vocab_size, rng, until, limit)
+    return serve(*neox_model(), rng, until, limit)
 
 
 if __name__ == "__main__":
