@@ -13,14 +13,22 @@ import os, random, sys, time
 import torch
 
 
+def requests(vocab, rng, until, limit):
+    """The batches a run answers (also workloads_s35.py's): prompt token ids (1-32 requests of
+    16-600 tokens) and the number of new tokens (1-6), until `until` or `limit` requests."""
+    served = 0
+    while time.time() < until and (limit is None or served < limit):
+        bs = rng.randint(1, 32); n = rng.randint(16, 600); m = rng.randint(1, 6)
+        yield torch.randint(0, vocab, (bs, n), device="cuda"), m
+        served += bs
+
+
 def serve(model, vocab, rng, until, limit):
     served = calls = 0
     with torch.no_grad():
-        while time.time() < until and (limit is None or served < limit):
-            bs = rng.randint(1, 32); n = rng.randint(16, 600); m = rng.randint(1, 6)
-            x = torch.randint(0, vocab, (bs, n), device="cuda")
+        for x, m in requests(vocab, rng, until, limit):
             model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, pad_token_id=0, do_sample=False)
-            served += bs; calls += 1
+            served += x.shape[0]; calls += 1
     return served, calls
 
 
@@ -48,13 +56,19 @@ def neox_serve_many(rng, until, limit):
     return serve(*neox_model(), rng, until, limit)
 
 
-if __name__ == "__main__":
+def main(workloads, counted):
+    """Runs the workload named on the command line (NAME SECONDS [REQUESTS]) and prints what it
+    counted (`counted`: the names of the counts it returns) and its peak reserved."""
     name, seconds = sys.argv[1], float(sys.argv[2])
     limit = int(sys.argv[3]) if len(sys.argv) > 3 else None
     torch.manual_seed(0); rng = random.Random(0); torch.cuda.init()
     t0 = time.time()
-    served, calls = globals()[name](rng, t0 + seconds, limit)
+    counts = workloads[name](rng, t0 + seconds, limit)
     torch.cuda.synchronize()
     ms = torch.cuda.memory_stats()
-    print(name, "wall", round(time.time() - t0, 1), "requests", served, "generate_calls", calls,
+    print(name, "wall", round(time.time() - t0, 1), *(x for pair in zip(counted, counts) for x in pair),
           "peak_reserved", ms.get("reserved_bytes.all.peak"), flush=True)
+
+
+if __name__ == "__main__":
+    main(globals(), ("requests", "generate_calls"))

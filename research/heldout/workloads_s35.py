@@ -9,17 +9,14 @@ does), so a step costs what the model's kernels cost. Batches of 1-32 requests, 
 Seed 0, random.Random(0); each answers requests until SECONDS have passed or REQUESTS requests
 are answered, then prints how many it answered, its steps and its peak reserved.
 Usage: python workloads_s35.py NAME SECONDS [REQUESTS]"""
-import random, sys, time
 import torch
-from workloads_s34 import llama_model, neox_model  # the same two models as session 34's runs
+from workloads_s34 import llama_model, main, neox_model, requests  # session 34's models, requests and report
 
 
 def serve(model, vocab, rng, until, limit):
     served = calls = steps = 0
     with torch.inference_mode():
-        while time.time() < until and (limit is None or served < limit):
-            bs = rng.randint(1, 32); n = rng.randint(16, 600); m = rng.randint(1, 6)
-            x = torch.randint(0, vocab, (bs, n), device="cuda")
+        for x, m in requests(vocab, rng, until, limit):
             out = model(input_ids=x, use_cache=True)
             tok = out.logits[:, -1].argmax(-1, keepdim=True); toks = [tok]
             for _ in range(m - 1):
@@ -27,7 +24,7 @@ def serve(model, vocab, rng, until, limit):
                 tok = out.logits[:, -1].argmax(-1, keepdim=True); toks.append(tok)
             del out
             torch.cat(toks, 1).tolist()  # the answer goes back to the host
-            served += bs; calls += 1; steps += m
+            served += x.shape[0]; calls += 1; steps += m
     return served, calls, steps
 
 
@@ -40,12 +37,4 @@ def neox_serve_loop(rng, until, limit):
 
 
 if __name__ == "__main__":
-    name, seconds = sys.argv[1], float(sys.argv[2])
-    limit = int(sys.argv[3]) if len(sys.argv) > 3 else None
-    torch.manual_seed(0); rng = random.Random(0); torch.cuda.init()
-    t0 = time.time()
-    served, calls, steps = globals()[name](rng, t0 + seconds, limit)
-    torch.cuda.synchronize()
-    ms = torch.cuda.memory_stats()
-    print(name, "wall", round(time.time() - t0, 1), "requests", served, "calls", calls, "steps", steps,
-          "peak_reserved", ms.get("reserved_bytes.all.peak"), flush=True)
+    main(globals(), ("requests", "calls", "steps"))
