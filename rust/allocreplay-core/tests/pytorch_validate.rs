@@ -248,7 +248,10 @@ fn serving_runs_of_a_quarter_million_requests_are_exact_with_and_without_address
     // allocated 1,885,445,632; neox: 4,651,483,136 and 2,155,074,560; no retries, no OOMs).
     for path in ["large/llama_serve_wide__default", "large/neox_serve_wide__default"] {
         let (trace, reserved, allocated) = with_truth(path);
-        assert!(!trace.metadata.driver_memory_changes(0).is_empty() && !trace.metadata.host_changes(0).is_empty(), "{path}: no notes in its .json");
+        assert!(
+            !trace.metadata.driver_memory_changes(0).is_empty() && !trace.metadata.host_changes(0).is_empty(),
+            "{path}: no notes in its .json"
+        );
         for no_addresses in [false, true] {
             let v = allocreplay_core::validate::pytorch::validate_pytorch_with(&trace, 0, no_addresses).unwrap();
             assert!(v.ok && v.segment_events_match, "{path} (no_addresses {no_addresses}): {}", serde_json::to_string(&v).unwrap());
