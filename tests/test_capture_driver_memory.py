@@ -148,3 +148,16 @@ def test_the_recorder_installs_each_note_or_logs_why_not(capsys: pytest.CaptureF
     assert host_va is not None and Module._apply is not original  # wrapped by HostVA.install()
     assert rec._install("the driver's memory", "_no_such_module", "DriverMemory") is None
     assert "not noting the driver's memory: ModuleNotFoundError" in capsys.readouterr().err
+
+
+def test_each_change_noted_is_passed_on_with_its_index() -> None:
+    # The recorder hands each change's index to `_hostva`'s `note_driver_change` this way.
+    torch = FakeTorch()
+    notes = _driver_memory.DriverMemory(torch)
+    seen: list[int] = []
+    notes.on_change = seen.append
+    alloc(torch, notes, segment=20 * MIB)  # index 0: the baseline
+    alloc(torch, notes, driver=2 * MIB)  # index 1
+    alloc(torch, notes, segment=20 * MIB)  # a segment alone: no change, no call
+    alloc(torch, notes, driver=64 * MIB)  # index 3
+    assert seen == [1, 3] and [c[0] for c in notes.changes] == seen

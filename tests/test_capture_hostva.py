@@ -97,3 +97,42 @@ def test_the_hook_notes_before_each_tensor_of_the_outermost_move_only(monkeypatc
     monkeypatch.undo()
     hv.note()
     assert hv.error is None and hv.mmap_base is not None and hv.changes
+
+
+def test_the_hosts_ranges_at_a_driver_change_are_noted_apart() -> None:
+    # On this machine's /proc/self/maps: a first note sets the window; an anonymous mapping made
+    # then (as the driver's reservations are) is noted as taken at the driver change's index,
+    # and as freed once unmapped; the module notes (`changes`, which replays apply) are left as
+    # they were.
+    import ctypes
+    import mmap
+
+    class Torch:
+        class cuda:
+            @staticmethod
+            def is_initialized() -> bool:
+                return True
+
+            @staticmethod
+            def memory_stats() -> dict[str, int]:
+                return {"allocation.all.allocated": 1}
+
+    hv = _hostva.HostVA(Torch)
+    hv.note_driver_change(5)  # before any module note: the window is unknown, nothing noted
+    assert hv.driver_changes == []
+    hv.note()
+    assert hv.error is None and hv.mmap_base is not None
+    changes = [list(c) for c in hv.changes]
+    m = mmap.mmap(-1, 64 * MIB)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    hv.note_driver_change(7)
+    taken = [c for c in hv.driver_changes if c[0] == 7 and c[3] == 0]
+    assert any(s <= start and start + 64 * MIB <= e for _, s, e, _ in taken), (hex(start), hv.driver_changes)
+    del taken
+    m.close()
+    hv.note_driver_change(9)
+    freed = [c for c in hv.driver_changes if c[0] == 9 and c[3] == 1]
+    assert any(s <= start and start + 64 * MIB <= e for _, s, e, _ in freed), (hex(start), hv.driver_changes)
+    assert hv.changes == changes and hv.driver_error is None
+    out = hv.to_json()
+    assert out is not None and out["driver_changes"] == hv.driver_changes and out["changes"] == changes

@@ -20,6 +20,7 @@ driver's. Standard library and torch only: copied into the recorded process with
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 # Most changes noted (a bound on the JSON's size; a run notes tens).
@@ -41,6 +42,9 @@ class DriverMemory:
         self.changes: list[list[int]] = []
         self.error: str | None = None
         self._free_memory: Any = None
+        # Called with the allocation index of each change noted (``_hostva``'s
+        # ``note_driver_change``: the host's mappings at that moment).
+        self.on_change: Callable[[int], None] | None = None
 
     def install(self) -> None:
         """Register the allocation callback and switch the GPU trace on (the caching allocator
@@ -99,6 +103,8 @@ class DriverMemory:
             self.error = f"more than {MAX_CHANGES} changes: stopped noting"
             return
         self.changes.append([index, taken])
+        if self.on_change is not None:
+            self.on_change(index)
 
     def to_json(self) -> dict[str, Any] | None:
         if self.next_alloc is None and self.error is None:

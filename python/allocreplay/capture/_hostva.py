@@ -20,6 +20,16 @@ itself) and adds (or removes) it at that point of the history (``rust/allocrepla
 Only inside a module's move: elsewhere the host reuses the ranges it frees at once (a batch's
 CPU tensors), and a range noted free that the host took back would mislead the model.
 
+Also, apart (``driver_changes``, which no replay applies yet): how the host's gaps changed each
+time the driver took device memory for itself (``_driver_memory`` calls
+``note_driver_change``). An H100 watch of ``vit_b32_train`` saw the driver's +10 MiB (cuDNN's
+kernels loading) and +64 MiB (the first cuBLAS call) come with new ``---p`` reservations of the
+host's address space (research/driver-probes/s23/vit_b32_watch_s32.txt), and three captures
+still replay off without their addresses where the driver's own allocations are
+(docs/driver-address-space.md, "Still missing"): these notes record, in a capture, what the
+address space gained and lost at those moments. They are rare (tens per run), and each reads
+``/proc/self/maps`` once.
+
 Standard library and torch only: copied into the recorded process with the hook.
 """
 
@@ -117,6 +127,13 @@ class HostVA:
         self.last_statm = ""
         self.depth = 0
         self.error: str | None = None
+        # The same, at each change of the driver's own memory (see the module's docstring):
+        # [index of the allocation it came before, start, end, 1 or 0], against the gaps seen
+        # at the last look (either kind).
+        self.driver_changes: list[list[int]] = []
+        self.driver_error: str | None = None
+        # The gaps seen at the last look of either kind (a module's note or the driver's).
+        self.last_seen: list[tuple[int, int]] | None = None
 
     def install(self) -> None:
         """Wrap ``nn.Module._apply``: the outermost call's conversion function notes before each
@@ -172,6 +189,7 @@ class HostVA:
         if self.mmap_base is None:
             self.context_top, self.mmap_base = context_top, loader
         gaps = gaps_between(spans, 0, self.mmap_base)
+        self.last_seen = gaps
         fresh, taken = subtract(gaps, self.known), subtract(self.known, gaps)
         if not fresh and not taken:
             return
@@ -182,13 +200,40 @@ class HostVA:
         self.changes.extend([allocs, s, e, 1] for s, e in fresh)
         self.known = gaps
 
+    def note_driver_change(self, index: int) -> None:
+        """The driver took (or gave back) device memory of its own before allocation ``index``
+        (``_driver_memory``): note how the host's gaps changed since the last look. Nothing
+        before the first note of a module's move (the window, ``mmap_base``, is known from it)."""
+        if self.driver_error is not None or self.mmap_base is None:
+            return
+        try:
+            self._note_driver_change(index)
+        except Exception as e:  # never break the recorded program (nor the module notes)
+            self.driver_error = f"{type(e).__name__}: {e}"
+
+    def _note_driver_change(self, index: int) -> None:
+        assert self.mmap_base is not None
+        with open("/proc/self/maps") as f:
+            spans, _, _ = parse_maps(f.read())
+        gaps = gaps_between(spans, 0, self.mmap_base)
+        before = self.known if self.last_seen is None else self.last_seen
+        fresh, taken = subtract(gaps, before), subtract(before, gaps)
+        self.last_seen = gaps
+        if len(self.driver_changes) + len(fresh) + len(taken) > MAX_RANGES:
+            self.driver_error = f"more than {MAX_RANGES} ranges: stopped noting"
+            return
+        self.driver_changes.extend([index, s, e, 0] for s, e in taken)
+        self.driver_changes.extend([index, s, e, 1] for s, e in fresh)
+
     def to_json(self) -> dict[str, Any] | None:
         if self.mmap_base is None and self.error is None:
             return None
         return {
-            "what": "host ranges below the loader's mapping found free (1) or mapped again (0) while modules moved: [allocations made by then, start, end, 1 or 0], in the order noted",
+            "what": "host ranges below the loader's mapping found free (1) or mapped again (0) while modules moved: [allocations made by then, start, end, 1 or 0], in the order noted; driver_changes: the same at each change of the driver's own memory, [index of the allocation it came before, start, end, 1 or 0] (not applied by replays)",
             "context_top": self.context_top,
             "mmap_base": self.mmap_base,
             "changes": self.changes,
+            "driver_changes": self.driver_changes,
+            "driver_changes_error": self.driver_error,
             "error": self.error,
         }

@@ -96,6 +96,9 @@ class TorchRecorder(FrameworkRecorder):
         if not hasattr(getattr(self.torch, "_C", None), "_activate_gpu_trace"):
             return
         self.driver_memory = self._install("the driver's memory", "_driver_memory", "DriverMemory")
+        if self.driver_memory is not None and self.host_va is not None:
+            # The host's mappings at each change (kept apart: `_hostva`'s `driver_changes`).
+            self.driver_memory.on_change = self.host_va.note_driver_change
 
     def _install(self, what: str, module: str, watcher: str) -> Any:
         """``module.watcher(torch)``, installed; None (logged) when that fails: a note is never
