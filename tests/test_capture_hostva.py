@@ -13,6 +13,18 @@ CONTEXT = 0x7F00_0000_0000
 LOADER = 0x7F80_0000_0000
 
 
+class FakeCuda:
+    """``torch.cuda`` as the note reads it: initialized, one allocation made."""
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def memory_stats() -> dict[str, int]:
+        return {"allocation.all.allocated": 1}
+
+
 def maps(*extra: tuple[int, int, str]) -> str:
     rows = [
         (CONTEXT - 512 * MIB, CONTEXT - 256 * MIB, "/dev/nvidia-uvm"),
@@ -74,14 +86,7 @@ def test_the_hook_notes_before_each_tensor_of_the_outermost_move_only(monkeypatc
         class nn:
             pass
 
-        class cuda:
-            @staticmethod
-            def is_initialized() -> bool:
-                return True
-
-            @staticmethod
-            def memory_stats() -> dict[str, int]:
-                return {"allocation.all.allocated": 1}
+        cuda = FakeCuda
 
     Torch.nn.Module = Module  # type: ignore[attr-defined]
     hv = _hostva.HostVA(Torch)
@@ -108,14 +113,7 @@ def test_the_hosts_ranges_at_a_driver_change_are_noted_apart() -> None:
     import mmap
 
     class Torch:
-        class cuda:
-            @staticmethod
-            def is_initialized() -> bool:
-                return True
-
-            @staticmethod
-            def memory_stats() -> dict[str, int]:
-                return {"allocation.all.allocated": 1}
+        cuda = FakeCuda
 
     hv = _hostva.HostVA(Torch)
     hv.note_driver_change(5)  # before any module note: the window is unknown, nothing noted

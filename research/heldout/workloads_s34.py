@@ -13,12 +13,13 @@ import os, random, sys, time
 import torch
 
 
-def requests(vocab, rng, until, limit):
-    """The batches a run answers (also workloads_s35.py's): prompt token ids (1-32 requests of
-    16-600 tokens) and the number of new tokens (1-6), until `until` or `limit` requests."""
+def requests(vocab, rng, until, limit, batch=(1, 32), prompt=(16, 600), new=(1, 6)):
+    """The batches a run answers (also workloads_s35.py's and, wider, workloads_s36.py's): prompt
+    token ids (`batch` requests of `prompt` tokens, bounds included) and the number of new
+    tokens (`new`), until `until` or `limit` requests."""
     served = 0
     while time.time() < until and (limit is None or served < limit):
-        bs = rng.randint(1, 32); n = rng.randint(16, 600); m = rng.randint(1, 6)
+        bs = rng.randint(*batch); n = rng.randint(*prompt); m = rng.randint(*new)
         yield torch.randint(0, vocab, (bs, n), device="cuda"), m
         served += bs
 

@@ -13,14 +13,16 @@ import torch
 from workloads_s34 import llama_model, main, neox_model, requests  # session 34's models, requests and report
 
 
-def serve(model, vocab, rng, until, limit):
+def serve(model, vocab, rng, until, limit, batches=requests, **forward):
+    """Answers `batches(vocab, rng, until, limit)` (also workloads_s36.py's, with `forward`
+    passed to each of the model's calls)."""
     served = calls = steps = 0
     with torch.inference_mode():
-        for x, m in requests(vocab, rng, until, limit):
-            out = model(input_ids=x, use_cache=True)
+        for x, m in batches(vocab, rng, until, limit):
+            out = model(input_ids=x, use_cache=True, **forward)
             tok = out.logits[:, -1].argmax(-1, keepdim=True); toks = [tok]
             for _ in range(m - 1):
-                out = model(input_ids=tok, past_key_values=out.past_key_values, use_cache=True)
+                out = model(input_ids=tok, past_key_values=out.past_key_values, use_cache=True, **forward)
                 tok = out.logits[:, -1].argmax(-1, keepdim=True); toks.append(tok)
             del out
             torch.cat(toks, 1).tolist()  # the answer goes back to the host
