@@ -113,6 +113,12 @@ def merge(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int,
     return out
 
 
+def changed_rows(index: int, before: list[tuple[int, int]], gaps: list[tuple[int, int]]) -> list[list[int]]:
+    """What changed from the gaps ``before`` to ``gaps``, as noted rows ``[index, start, end, 0 or
+    1]``: the ranges mapped since (0), then the ranges found free since (1)."""
+    return [[index, s, e, 0] for s, e in subtract(before, gaps)] + [[index, s, e, 1] for s, e in subtract(gaps, before)]
+
+
 class HostVA:
     """Notes the host ranges freed while modules move (see the module's docstring)."""
 
@@ -132,8 +138,9 @@ class HostVA:
         # at the last look (either kind).
         self.driver_changes: list[list[int]] = []
         self.driver_error: str | None = None
-        # The gaps seen at the last look of either kind (a module's note or the driver's).
-        self.last_seen: list[tuple[int, int]] | None = None
+        # The gaps seen at the last look of either kind (a module's note or the driver's; set
+        # with `mmap_base`, by the first module note).
+        self.last_seen: list[tuple[int, int]] = []
 
     def install(self) -> None:
         """Wrap ``nn.Module._apply``: the outermost call's conversion function notes before each
@@ -190,14 +197,13 @@ class HostVA:
             self.context_top, self.mmap_base = context_top, loader
         gaps = gaps_between(spans, 0, self.mmap_base)
         self.last_seen = gaps
-        fresh, taken = subtract(gaps, self.known), subtract(self.known, gaps)
-        if not fresh and not taken:
+        rows = changed_rows(allocs, self.known, gaps)
+        if not rows:
             return
-        if len(self.changes) + len(fresh) + len(taken) > MAX_RANGES:
+        if len(self.changes) + len(rows) > MAX_RANGES:
             self.error = f"more than {MAX_RANGES} ranges: stopped noting"
             return
-        self.changes.extend([allocs, s, e, 0] for s, e in taken)
-        self.changes.extend([allocs, s, e, 1] for s, e in fresh)
+        self.changes.extend(rows)
         self.known = gaps
 
     def note_driver_change(self, index: int) -> None:
@@ -216,14 +222,12 @@ class HostVA:
         with open("/proc/self/maps") as f:
             spans, _, _ = parse_maps(f.read())
         gaps = gaps_between(spans, 0, self.mmap_base)
-        before = self.known if self.last_seen is None else self.last_seen
-        fresh, taken = subtract(gaps, before), subtract(before, gaps)
+        rows = changed_rows(index, self.last_seen, gaps)
         self.last_seen = gaps
-        if len(self.driver_changes) + len(fresh) + len(taken) > MAX_RANGES:
+        if len(self.driver_changes) + len(rows) > MAX_RANGES:
             self.driver_error = f"more than {MAX_RANGES} ranges: stopped noting"
             return
-        self.driver_changes.extend([index, s, e, 0] for s, e in taken)
-        self.driver_changes.extend([index, s, e, 1] for s, e in fresh)
+        self.driver_changes.extend(rows)
 
     def to_json(self) -> dict[str, Any] | None:
         if self.mmap_base is None and self.error is None:
