@@ -1,0 +1,37 @@
+"""Reads cap_scan.sh's NAME.scan.json beside NAME.pickle.xz: at each change of the driver's
+memory (allocation index), the allocations the driver knows that are not the caching allocator's
+segments (no segment of the recording ever had that address), new since the last scan or gone,
+in MiB from the first segment, with the segment just below each.
+Usage: python read_scan.py NAME.pickle.xz NAME.scan.json"""
+import json
+import sys
+
+import allocreplay as ar
+import polars as pl
+
+MIB = 1 << 20
+trace, scan_path = sys.argv[1], sys.argv[2]
+df = pl.from_arrow(ar.load(trace).to_arrow())
+seg = df.filter(pl.col("action").is_in(["segment_alloc", "segment_free"])).rows(named=True)
+base = seg[0]["addr"]
+seg_addrs = {s["addr"] for s in seg}
+order = {}
+for i, s in enumerate(seg):
+    order.setdefault(s["addr"], i)
+scan = json.load(open(scan_path))
+prev = {}
+for index, allocs in scan["scans"] + [["exit", scan.get("final", [])]]:
+    if isinstance(allocs, str):
+        print(index, "error", allocs)
+        continue
+    cur = {a: n for a, n in allocs if a not in seg_addrs}
+    added = sorted(set(cur) - set(prev))
+    gone = sorted(set(prev) - set(cur))
+    print(f"at {index}: {len(cur)} not segments; new {len(added)}, gone {len(gone)}")
+    for a in added:
+        below = max((x for x in seg_addrs if x <= a), default=None)
+        where = f"above segment #{order[below]} at {(below - base) / MIB:+.0f}" if below is not None else "below every segment"
+        print(f"   + {(a - base) / MIB:+10.2f} MiB  {cur[a] / MIB:8.2f} MiB   {where}")
+    for a in gone:
+        print(f"   - {(a - base) / MIB:+10.2f} MiB  {prev[a] / MIB:8.2f} MiB")
+    prev = cur
