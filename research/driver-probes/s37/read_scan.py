@@ -1,7 +1,9 @@
 """Reads cap_scan.sh's NAME.scan.json beside NAME.pickle.xz: at each change of the driver's
 memory (allocation index), the allocations the driver knows that are not the caching allocator's
 segments (no segment of the recording ever had that address), new since the last scan or gone,
-in MiB from the first segment, with the segment just below each.
+in MiB from the first segment, with their memory type (host: pinned host memory in the unified
+address space) and the segment just below each. The anonymous and device-file mappings of each
+scan are kept in the JSON too (`[start, end, path]`).
 Usage: python read_scan.py NAME.pickle.xz NAME.scan.json"""
 import json
 import sys
@@ -20,18 +22,19 @@ for i, s in enumerate(seg):
     order.setdefault(s["addr"], i)
 scan = json.load(open(scan_path))
 prev = {}
-for index, allocs in scan["scans"] + [["exit", scan.get("final", [])]]:
+for index, allocs, _maps in scan["scans"] + [["exit", scan.get("final", []), scan.get("final_maps", [])]]:
     if isinstance(allocs, str):
         print(index, "error", allocs)
         continue
-    cur = {a: n for a, n in allocs if a not in seg_addrs}
+    cur = {a: (n, k) for a, n, k in allocs if a not in seg_addrs}
     added = sorted(set(cur) - set(prev))
     gone = sorted(set(prev) - set(cur))
     print(f"at {index}: {len(cur)} not segments; new {len(added)}, gone {len(gone)}")
     for a in added:
         below = max((x for x in seg_addrs if x <= a), default=None)
         where = f"above segment #{order[below]} at {(below - base) / MIB:+.0f}" if below is not None else "below every segment"
-        print(f"   + {(a - base) / MIB:+10.2f} MiB  {cur[a] / MIB:8.2f} MiB   {where}")
+        n, k = cur[a]
+        print(f"   + {(a - base) / MIB:+10.2f} MiB  {n / MIB:8.2f} MiB  {dict([(1, 'host'), (2, 'device')]).get(k, '?'):6}  {where}")
     for a in gone:
-        print(f"   - {(a - base) / MIB:+10.2f} MiB  {prev[a] / MIB:8.2f} MiB")
+        print(f"   - {(a - base) / MIB:+10.2f} MiB  {prev[a][0] / MIB:8.2f} MiB")
     prev = cur

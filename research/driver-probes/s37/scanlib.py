@@ -1,7 +1,7 @@
 """Session 37 (issue 29): where the driver's own allocations are. At each change of the driver's
 own memory that capture's hook notes (`_driver_memory` -> `_hostva.note_driver_change`), and once
 at exit, every allocation the CUDA driver knows inside the process's mappings is listed with
-`cuMemGetAddressRange` (probed every 2 MiB of each mapping; an address in an unallocated tail of
+`cuMemGetAddressRange` (probed every 2 MiB of each anonymous or device-file mapping, from the top; an address in an unallocated tail of
 a region is not found), so the allocations that are not the caching allocator's segments, which
 no snapshot records, can be told apart afterwards. Loaded by cap_scan.sh's sitecustomize; writes
 $SCAN_OUT (JSON). Reads only: no allocation is made, so the recorded requests are unchanged."""
@@ -23,29 +23,47 @@ def _get():
 
 
 def scan():
+    """(allocations the driver knows: [base, size, memory type], and the process's mappings that
+    are anonymous or of a device file: [start, end, path]). Memory type
+    (`CU_POINTER_ATTRIBUTE_MEMORY_TYPE`): 1 host (pinned, mapped into the unified address
+    space), 2 device, 0 unknown."""
     f = _get()
+    attr = _cuda.cuPointerGetAttribute
+    attr.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
     found = {}
     probes = 0
+    maps = []
     with open("/proc/self/maps") as fh:
-        spans = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in fh]
-    for a, b in spans:
+        for line in fh:
+            parts = line.split(maxsplit=5)
+            a, b = (int(x, 16) for x in parts[0].split("-"))
+            path = parts[5].strip() if len(parts) > 5 else ""
+            if not path or path.startswith("/dev/"):
+                maps.append([a, b, path])
+    # Anonymous and device-file mappings only (no library's), from the top down: the caching
+    # allocator's segments are in the mmap area near the top, and the probes are capped.
+    for a, b, _path in reversed(maps):
         p = (a + STEP - 1) // STEP * STEP
         while p < b and probes < 400_000:
             probes += 1
             base, size = ctypes.c_uint64(), ctypes.c_size_t()
             if f(ctypes.byref(base), ctypes.byref(size), p) == 0 and size.value:
-                found[base.value] = size.value
+                kind = ctypes.c_uint(0)
+                if attr(ctypes.byref(kind), 2, base.value) != 0:
+                    kind.value = 0
+                found[base.value] = (size.value, kind.value)
                 p = max(p + STEP, (base.value + size.value + STEP - 1) // STEP * STEP)
             else:
                 p += STEP
-    return sorted(found.items())
+    return [[a, n, k] for a, (n, k) in sorted(found.items())], maps
 
 
 def note(index):
     try:
-        _scans.append([index, scan()])
+        allocs, maps = scan()
+        _scans.append([index, allocs, maps])
     except Exception as e:  # never break the recorded program
-        _scans.append([index, f"{type(e).__name__}: {e}"])
+        _scans.append([index, f"{type(e).__name__}: {e}", []])
 
 
 def dump():
@@ -53,7 +71,7 @@ def dump():
     try:
         import torch
 
-        out["final"] = scan()
+        out["final"], out["final_maps"] = scan()
         out["segments"] = sorted([s["address"], s["total_size"]] for s in torch.cuda.memory_snapshot())
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"
