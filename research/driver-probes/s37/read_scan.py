@@ -1,6 +1,6 @@
 """Reads cap_scan.sh's NAME.scan.json beside NAME.pickle.xz: at each change of the driver's
 memory (allocation index), the allocations the driver knows that are not the caching allocator's
-segments (no segment of the recording ever had that address), new since the last scan or gone,
+segments (no segment of the recording ever had that address and size), new since the last scan or gone,
 in MiB from the first segment, with their memory type (host: pinned host memory in the unified
 address space) and the segment just below each. The anonymous and device-file mappings of each
 scan are kept in the JSON too (`[start, end, path]`).
@@ -17,6 +17,9 @@ df = pl.from_arrow(ar.load(trace).to_arrow())
 seg = df.filter(pl.col("action").is_in(["segment_alloc", "segment_free"])).rows(named=True)
 base = seg[0]["addr"]
 seg_addrs = {s["addr"] for s in seg}
+# A segment is told by its address and size together (a driver allocation may later lie where a
+# segment of another size once was, or the other way round).
+seg_spans = {(s["addr"], s["size"]) for s in seg}
 order = {}
 for i, s in enumerate(seg):
     order.setdefault(s["addr"], i)
@@ -26,7 +29,7 @@ for index, allocs, _maps in scan["scans"] + [["exit", scan.get("final", []), sca
     if isinstance(allocs, str):
         print(index, "error", allocs)
         continue
-    cur = {a: (n, k) for a, n, k in allocs if a not in seg_addrs}
+    cur = {a: (n, k) for a, n, k in allocs if (a, n) not in seg_spans}
     added = sorted(set(cur) - set(prev))
     gone = sorted(set(prev) - set(cur))
     print(f"at {index}: {len(cur)} not segments; new {len(added)}, gone {len(gone)}")
