@@ -126,7 +126,6 @@ def test_the_hosts_ranges_at_a_driver_change_are_noted_apart() -> None:
     hv.note_driver_change(7)
     taken = [c for c in hv.driver_changes if c[0] == 7 and c[3] == 0]
     assert any(s <= start and start + 64 * MIB <= e for _, s, e, _ in taken), (hex(start), hv.driver_changes)
-    del taken
     m.close()
     hv.note_driver_change(9)
     freed = [c for c in hv.driver_changes if c[0] == 9 and c[3] == 1]
