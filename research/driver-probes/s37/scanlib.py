@@ -19,6 +19,7 @@ def _get():
     if _cuda is None:
         _cuda = ctypes.CDLL("libcuda.so.1")
         _cuda.cuMemGetAddressRange_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]
+        _cuda.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
     return _cuda.cuMemGetAddressRange_v2
 
 
@@ -29,7 +30,6 @@ def scan():
     space), 2 device, 0 unknown."""
     f = _get()
     attr = _cuda.cuPointerGetAttribute
-    attr.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
     found = {}
     probes = 0
     maps = []
