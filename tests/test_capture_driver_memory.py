@@ -161,3 +161,62 @@ def test_each_change_noted_is_passed_on_with_its_index() -> None:
     alloc(torch, notes, segment=20 * MIB)  # a segment alone: no change, no call
     alloc(torch, notes, driver=64 * MIB)  # index 3
     assert seen == [1, 3] and [c[0] for c in notes.changes] == seen
+
+
+def maps_line(lo: int, hi: int, path: str) -> str:
+    return f"{lo:x}-{hi:x} rw-s 00000000 00:01 1234 {path}"
+
+
+def test_the_drivers_pinned_host_mappings_are_noted_before_the_allocation_that_sees_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # densenet121_train on an H100 (research/driver-probes/s38/): an 8.25 MiB `/dev/zero
+    # (deleted)` mapping at a region hole's base came with the first cuBLAS call, beside the
+    # context's 2 MiB ones mapped before the first segment.
+    base = 0x7F124FE00000
+    state = {"maps": [maps_line(base + 106 * MIB, base + 108 * MIB, _driver_memory.PINNED)], "shared": "100", "reads": 0}
+
+    def read_maps() -> str:
+        state["reads"] += 1
+        return "\n".join(state["maps"]) + "\n"
+
+    monkeypatch.setattr(_driver_memory, "read_maps", read_maps)
+    monkeypatch.setattr(_driver_memory, "read_shared_pages", lambda: state["shared"])
+    torch = FakeTorch()
+    notes = _driver_memory.DriverMemory(torch)
+    alloc(torch, notes, segment=20 * MIB)  # index 0: what is mapped now is known, not noted
+    alloc(torch, notes)  # free memory unchanged: nothing read
+    assert state["reads"] == 1
+    lo = base - 5930 * MIB
+    state["maps"] += [
+        maps_line(lo, lo + 8_654_848, _driver_memory.PINNED),
+        # The host's own shared mappings end at a gap's top, not at a 2 MiB boundary.
+        maps_line(base - 77 * MIB - 4096, base - 70 * MIB - 4096, _driver_memory.PINNED),
+        maps_line(lo - 64 * MIB, lo, ""),
+    ]
+    state["shared"] = "2213"
+    alloc(torch, notes, segment=32 * MIB)  # index 2: a segment, and the shared pages moved
+    assert notes.host == [[2, 8_654_848]]
+    # A segment with the shared pages unchanged reads nothing; the driver's device memory always does.
+    reads = state["reads"]
+    alloc(torch, notes, segment=32 * MIB)
+    assert state["reads"] == reads
+    state["maps"].append(maps_line(base - 498 * MIB, base - 496 * MIB, _driver_memory.PINNED))
+    alloc(torch, notes, driver=64 * MIB)  # index 4
+    assert notes.host == [[2, 8_654_848], [4, 2 * MIB]]
+    out = notes.to_json()
+    assert out is not None and out["host"] == notes.host and out["host_error"] is None
+
+
+def test_a_failing_maps_read_stops_the_pinned_notes_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> str:
+        raise PermissionError("/proc/self/maps")
+
+    monkeypatch.setattr(_driver_memory, "read_maps", broken)
+    torch = FakeTorch()
+    notes = _driver_memory.DriverMemory(torch)
+    alloc(torch, notes, segment=20 * MIB)
+    alloc(torch, notes, driver=2 * MIB)
+    out = notes.to_json()
+    assert out is not None and out["host_error"] == "PermissionError: /proc/self/maps"
+    assert out["changes"] == [[1, 2 * MIB]] and out["error"] is None

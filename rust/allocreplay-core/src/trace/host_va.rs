@@ -38,11 +38,23 @@ pub fn parse_host_va(v: &serde_json::Value) -> Result<Vec<HostChange>, String> {
 }
 
 /// Key of the capture JSON (and of the metadata's `extra.capture`): `{"device", "changes":
-/// [[index of the allocation it came before, bytes], ...], "error"}`, the device memory the driver
+/// [[index of the allocation it came before, bytes], ...], "host": [[index, bytes], ...],
+/// "error"}`, the device memory the driver
 /// took for itself between allocations of the caching allocator (negative: gave back), noted by
 /// `capture/_driver_memory.py` (docs/driver-address-space.md, "The driver's own allocations
-/// during the run").
+/// during the run"); `host` (captures since session 38; absent before) lists the pinned host
+/// memory the driver mapped for itself into the same address space ([`DriverHostAlloc`]).
 pub const DRIVER_MEMORY: &str = "driver_memory";
+
+/// The driver mapped `bytes` of pinned host memory for itself (a `/dev/zero (deleted)` mapping
+/// at a 2 MiB boundary: the driver's own placement, in the unified address space the segments
+/// share) before the allocation of index `allocs` (docs/driver-address-space.md, "The driver's
+/// pinned host memory").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverHostAlloc {
+    pub allocs: u64,
+    pub bytes: u64,
+}
 
 /// The driver took `bytes` of device memory for itself (negative: gave them back) before the
 /// allocation of index `allocs`.
@@ -68,6 +80,26 @@ pub fn parse_driver_memory(v: &serde_json::Value) -> Result<Vec<DriverMemoryChan
     if out.windows(2).any(|w| w[1].allocs < w[0].allocs) {
         return Err("'changes' are not in the order of their allocation index".into());
     }
+    parse_driver_host(v)?;
+    Ok(out)
+}
+
+/// The pinned host allocations of a capture JSON's [`DRIVER_MEMORY`] object (its `host` list; none
+/// when a capture made before the note has no such key), or what is wrong with them.
+pub fn parse_driver_host(v: &serde_json::Value) -> Result<Vec<DriverHostAlloc>, String> {
+    let Some(host) = v.get("host") else { return Ok(Vec::new()) };
+    let Some(host) = host.as_array() else { return Err("'host' is not a list".into()) };
+    let mut out = Vec::with_capacity(host.len());
+    for (i, c) in host.iter().enumerate() {
+        let nums: Option<Vec<u64>> = c.as_array().and_then(|a| a.iter().map(serde_json::Value::as_u64).collect());
+        match nums.as_deref() {
+            Some(&[allocs, bytes]) if bytes > 0 => out.push(DriverHostAlloc { allocs, bytes }),
+            _ => return Err(format!("'host'[{i}] is not [allocation index, bytes] (non-negative integers, bytes > 0)")),
+        }
+    }
+    if out.windows(2).any(|w| w[1].allocs < w[0].allocs) {
+        return Err("'host' is not in the order of its allocation index".into());
+    }
     Ok(out)
 }
 
@@ -77,6 +109,15 @@ impl TraceMetadata {
     /// another device).
     pub fn driver_memory_changes(&self, device: i32) -> Vec<DriverMemoryChange> {
         self.capture_of(device).and_then(|c| c.get(DRIVER_MEMORY)).and_then(|v| parse_driver_memory(v).ok()).unwrap_or_default()
+    }
+
+    /// The pinned host memory the driver mapped for itself while the capture of `device` ran
+    /// ([`DRIVER_MEMORY`]'s `host`), in the order noted; `None` when the capture did not note it
+    /// (made before session 38, or not by `allocreplay capture`).
+    pub fn driver_host_allocs(&self, device: i32) -> Option<Vec<DriverHostAlloc>> {
+        let v = self.capture_of(device)?.get(DRIVER_MEMORY)?;
+        v.get("host")?;
+        parse_driver_host(v).ok()
     }
 
     /// The host ranges the capture of `device` saw change ([`HOST_VA`]), in the order noted;
@@ -129,6 +170,28 @@ mod tests {
         assert!(parse_driver_memory(&json!({"changes": [[-1, 2]]})).unwrap_err().contains("'changes'[0]"));
         assert!(parse_driver_memory(&json!({"changes": [[5, 2], [4, 2]]})).unwrap_err().contains("order"));
         assert!(parse_driver_memory(&json!({})).unwrap_err().contains("'changes'"));
+    }
+
+    #[test]
+    fn the_drivers_pinned_host_allocations_are_read_in_order_and_bad_ones_named() {
+        // densenet121_train's note (research/driver-probes/s38/): 8.25 MiB before allocation 1,363.
+        let v = json!({"changes": [[1363, 67108864]], "host": [[728, 2097152], [1363, 8654848]]});
+        assert_eq!(
+            parse_driver_host(&v).unwrap(),
+            vec![DriverHostAlloc { allocs: 728, bytes: 2 << 20 }, DriverHostAlloc { allocs: 1363, bytes: 8654848 }]
+        );
+        // A capture made before the note has none, and is not wrong.
+        assert_eq!(parse_driver_host(&json!({"changes": []})).unwrap(), vec![]);
+        // Bad lists are refused by `parse_driver_memory` too (the importer's check).
+        for (bad, says) in [
+            (json!({"changes": [], "host": 3}), "not a list"),
+            (json!({"changes": [], "host": [[1]]}), "'host'[0]"),
+            (json!({"changes": [], "host": [[1, 0]]}), "'host'[0]"),
+            (json!({"changes": [], "host": [[5, 2], [4, 2]]}), "order"),
+        ] {
+            assert!(parse_driver_host(&bad).unwrap_err().contains(says), "{bad}");
+            assert!(parse_driver_memory(&bad).unwrap_err().contains(says), "{bad}");
+        }
     }
 
     #[test]

@@ -17,7 +17,9 @@ mod tile;
 pub use action::{is_timeline_request, Action};
 pub use builder::{EventRow, TraceBuilder};
 pub use frames::{FrameInterner, FrameTable};
-pub use host_va::{parse_driver_memory, parse_host_va, DriverMemoryChange, HostChange, DRIVER_MEMORY, HOST_VA};
+pub use host_va::{
+    parse_driver_host, parse_driver_memory, parse_host_va, DriverHostAlloc, DriverMemoryChange, HostChange, DRIVER_MEMORY, HOST_VA,
+};
 pub use ipc::{read_arrow, read_arrow_bytes, trace_from_batches, write_arrow, write_arrow_to, TraceFileWriter, WriteError};
 pub use mapped::{Batches, MappedTrace};
 pub use metadata::{DeviceInfo, PoolInfo, TraceMetadata, FORMAT_VERSION, RELEASES_ASSUMED, SETTINGS_ASSUMED};
