@@ -20,8 +20,8 @@ itself) and adds (or removes) it at that point of the history (``rust/allocrepla
 Only inside a module's move: elsewhere the host reuses the ranges it frees at once (a batch's
 CPU tensors), and a range noted free that the host took back would mislead the model.
 
-Also, apart (``driver_changes``, which no replay applies yet): how the host's gaps changed each
-time the driver took device memory for itself (``_driver_memory`` calls
+Also, apart (``driver_changes``, which replays apply with the module notes since session 38):
+how the host's gaps changed each time the driver took device memory for itself (``_driver_memory`` calls
 ``note_driver_change``). An H100 watch of ``vit_b32_train`` saw the driver's +10 MiB (cuDNN's
 kernels loading) and +64 MiB (the first cuBLAS call) come with new ``---p`` reservations of the
 host's address space (research/driver-probes/s23/vit_b32_watch_s32.txt), and three captures
@@ -233,7 +233,7 @@ class HostVA:
         if self.mmap_base is None and self.error is None:
             return None
         return {
-            "what": "host ranges below the loader's mapping found free (1) or mapped again (0) while modules moved: [allocations made by then, start, end, 1 or 0], in the order noted; driver_changes: the same at each change of the driver's own memory, [index of the allocation it came before, start, end, 1 or 0] (not applied by replays)",
+            "what": "host ranges below the loader's mapping found free (1) or mapped again (0) while modules moved: [allocations made by then, start, end, 1 or 0], in the order noted; driver_changes: the same at each change of the driver's own memory, [index of the allocation it came before, start, end, 1 or 0]",
             "context_top": self.context_top,
             "mmap_base": self.mmap_base,
             "changes": self.changes,

@@ -265,6 +265,28 @@ fn the_drivers_pinned_host_memory_noted_makes_two_old_misses_exact_without_addre
 }
 
 #[test]
+fn the_host_mappings_noted_at_the_drivers_changes_make_vit_b32_train_exact_without_addresses() {
+    // traces/h100/vit_b32_train__default, recorded again on an H100 on 2026-12-07 (session 38,
+    // research/driver-probes/s38/): the same requests and peaks as the recording it replaces,
+    // which missed without addresses from segment #112 (+0.174% peak reserved), as this one does
+    // without the host rows noted at the driver's changes (`host_va.driver_changes`): at the
+    // driver's +10 MiB before allocation 158 the host mapped cuDNN's library into a gap freed
+    // during the model's move, where the model put segment #41. Truth: its .json's memory_stats
+    // (peak reserved 2,411,724,800, peak allocated 2,176,168,960).
+    let path = "h100/vit_b32_train__default";
+    let (trace, reserved, allocated) = with_truth(path);
+    let v = allocreplay_core::validate::pytorch::validate_pytorch_with(&trace, 0, true).unwrap();
+    assert!(v.ok && v.segment_events_match, "{path}: {}", serde_json::to_string(&v).unwrap());
+    assert_eq!((v.peak_reserved_replayed, v.peak_allocated_replayed), (reserved, allocated));
+    let (mut trace, ..) = with_truth(path);
+    let capture = trace.metadata.extra.get_mut("capture").and_then(|c| c.as_object_mut()).expect("capture metadata");
+    let host_va = capture.get_mut(allocreplay_core::trace::HOST_VA).and_then(|h| h.as_object_mut()).expect("host_va");
+    assert!(host_va.remove("driver_changes").is_some_and(|r| r.as_array().is_some_and(|r| !r.is_empty())), "no driver_changes rows");
+    let v = allocreplay_core::validate::pytorch::validate_pytorch_with(&trace, 0, true).unwrap();
+    assert!(!v.ok, "{path}: exact without the rows noted at the driver's changes: the test no longer shows they matter");
+}
+
+#[test]
 fn serving_runs_of_a_quarter_million_requests_are_exact_with_and_without_addresses() {
     // Issue 29 item 1: two servers answering 250,535 requests each (batches of 64-1,024 of
     // 16-256 prompt tokens, 1-6 new tokens: research/heldout/workloads_s36.py), recorded by

@@ -101,7 +101,11 @@ pub fn address_notes(metadata: &TraceMetadata, device: i32) -> Vec<String> {
     match capture.get(crate::trace::HOST_VA).map(|v| (v, crate::trace::parse_host_va(v))) {
         None => out.push(format!("host ranges: not noted (a capture made before the note, or not by `allocreplay capture`): the host process's mappings are assumed fixed ({WHY})")),
         Some((v, Err(e))) => out.push(format!("host ranges: unreadable ({e}), not used{}", reported(v))),
-        Some((v, Ok(c))) => out.push(format!("host ranges: {} noted{}{unused}", counted(c.len()), reported(v))),
+        Some((v, Ok(c))) => {
+            let at_driver = v.get("driver_changes").and_then(serde_json::Value::as_array).map_or(0, Vec::len);
+            let of_them = if at_driver > 0 { format!(" ({at_driver} at the driver's changes)") } else { String::new() };
+            out.push(format!("host ranges: {} noted{of_them}{}{unused}", counted(c.len()), reported(v)))
+        }
     }
     let lazy = capture.get("env").and_then(|e| e.get("CUDA_MODULE_LOADING")).and_then(serde_json::Value::as_str) != Some("EAGER");
     match capture.get(crate::trace::DRIVER_MEMORY).map(|v| (v, crate::trace::parse_driver_memory(v))) {
@@ -293,6 +297,10 @@ mod tests {
             "driver_memory": {"changes": [[77, 2 * mib], [78, 90 * mib], [88, 66 * mib], [102, 2 * mib], [267, 64 * mib]], "error": null}});
         let notes = address_notes(&with_capture(capture.clone(), false), 0);
         assert_eq!(notes[0], "host ranges: 1 change noted");
+        // Rows noted at the driver's changes are counted with them, and said.
+        let mut with_driver_rows = capture.clone();
+        with_driver_rows["host_va"]["driver_changes"] = serde_json::json!([[158, 0, 4096, 0], [158, 8192, 12288, 0]]);
+        assert_eq!(address_notes(&with_capture(with_driver_rows, false), 0)[0], "host ranges: 3 changes noted (2 at the driver's changes)");
         assert_eq!(
             notes[1],
             "driver memory: 5 changes noted: the local memory grows by 90 MiB before allocation 78; 5 allocations of the driver's (134 MiB in all) placed as cudaMallocs; its pinned host memory not noted (a capture made before the note)"

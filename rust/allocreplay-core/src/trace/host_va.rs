@@ -21,17 +21,31 @@ pub struct HostChange {
     pub freed: bool,
 }
 
-/// The changes of a capture JSON's [`HOST_VA`] object in the order noted, or what is wrong
-/// with it.
+/// The changes of a capture JSON's [`HOST_VA`] object, or what is wrong with it: those noted
+/// while modules moved (`changes`), then those noted at the changes of the driver's own memory
+/// (`driver_changes`, captures since session 36; absent before), each list in the order noted.
+/// Both have the same rows, `[allocations made, start, end, 1 freed / 0 taken]` against the
+/// hook's last look of either kind; a replay applies them together, by allocation index
+/// (`engine::host_ranges::schedule`): at the driver's changes the host maps libraries (cuDNN's,
+/// 34 MiB, into a gap freed during the model's move: `vit_b32_train`, research/driver-probes/s38/).
 pub fn parse_host_va(v: &serde_json::Value) -> Result<Vec<HostChange>, String> {
     let Some(changes) = v.get("changes") else { return Err("has no 'changes' list".into()) };
-    let Some(changes) = changes.as_array() else { return Err("'changes' is not a list".into()) };
-    let mut out = Vec::with_capacity(changes.len());
-    for (i, c) in changes.iter().enumerate() {
+    let mut out = host_rows(changes, "changes")?;
+    if let Some(driver) = v.get("driver_changes") {
+        out.extend(host_rows(driver, "driver_changes")?);
+    }
+    Ok(out)
+}
+
+/// One list of [`HOST_VA`] rows, named `key` in errors.
+fn host_rows(rows: &serde_json::Value, key: &str) -> Result<Vec<HostChange>, String> {
+    let Some(rows) = rows.as_array() else { return Err(format!("'{key}' is not a list")) };
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, c) in rows.iter().enumerate() {
         let nums: Option<Vec<u64>> = c.as_array().and_then(|a| a.iter().map(serde_json::Value::as_u64).collect());
         match nums.as_deref() {
             Some(&[allocs, start, end, kind]) if start < end && kind <= 1 => out.push(HostChange { allocs, start, end, freed: kind == 1 }),
-            _ => return Err(format!("'changes'[{i}] is not [allocations, start, end, 1 or 0] with start < end (non-negative integers)")),
+            _ => return Err(format!("'{key}'[{i}] is not [allocations, start, end, 1 or 0] with start < end (non-negative integers)")),
         }
     }
     Ok(out)
@@ -153,6 +167,12 @@ mod tests {
         assert!(parse_host_va(&json!({"changes": [[0, 1, 100]]})).is_err());
         assert!(parse_host_va(&json!({"changes": 3})).unwrap_err().contains("not a list"));
         assert!(parse_host_va(&json!({})).is_err());
+        // The rows noted at the driver's changes come after the module notes' (a replay sorts
+        // them by allocation index); bad ones are named by their list.
+        let v = json!({"changes": [[0, 100, 200, 1]], "driver_changes": [[158, 372, 406, 0]]});
+        assert_eq!(parse_host_va(&v).unwrap()[1], HostChange { allocs: 158, start: 372, end: 406, freed: false });
+        assert!(parse_host_va(&json!({"changes": [], "driver_changes": [[1, 2]]})).unwrap_err().contains("'driver_changes'[0]"));
+        assert!(parse_host_va(&json!({"changes": [], "driver_changes": {}})).unwrap_err().contains("'driver_changes' is not a list"));
     }
 
     #[test]
