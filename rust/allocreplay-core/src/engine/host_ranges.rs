@@ -54,8 +54,8 @@ fn driver_changes(noted: &[DriverMemoryChange], lazy: bool) -> Vec<(u64, Address
 /// The address space a pinned host allocation of the driver's takes among the segments: whole 2
 /// MiB pages, in 4 MiB steps above 4 MiB. Measured on an H100 (driver 580.159.04,
 /// research/driver-probes/s38/): the 2 MiB mappings take 2 MiB (as 4 MiB, `emptycache_lm`'s
-/// segments land elsewhere than the run's); the 8.25 MiB one that every run maps with its first
-/// cuBLAS call (or earlier) starts 4 MiB-aligned at a region hole's base and takes all of a 12 MiB
+/// segments land elsewhere than the run's); the 8.25 MiB one that every run maps near a cuBLAS
+/// handle's creation starts 4 MiB-aligned at a region hole's base and takes all of a 12 MiB
 /// tail (as 10 MiB, `densenet121_train`'s segment #159 takes the 2 MiB left, where the run put it
 /// elsewhere). Fitted on `densenet121_train` (the 12), checked on `emptycache_lm` and
 /// `vit_b32_train`.
