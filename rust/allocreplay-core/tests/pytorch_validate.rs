@@ -125,6 +125,11 @@ fn a_run_with_empty_cache_calls_validates_once_they_are_replayed() {
     assert_eq!(v.peak_reserved_replayed, 1_438_646_272);
 }
 
+/// The capture's notes in a trace's metadata (its `.json`, `extra.capture`), to edit.
+fn capture_notes(trace: &mut allocreplay_core::trace::Trace) -> &mut serde_json::Map<String, serde_json::Value> {
+    trace.metadata.extra.get_mut("capture").and_then(|c| c.as_object_mut()).expect("capture metadata")
+}
+
 /// traces/h100/NAME.pickle.xz (`__default` when NAME has no `__`), loaded; `drop_driver_memory`
 /// removes the capture's `driver_memory` notes first (as a capture made before the hook noted them).
 fn h100(name: &str, drop_driver_memory: bool) -> allocreplay_core::trace::Trace {
@@ -133,8 +138,7 @@ fn h100(name: &str, drop_driver_memory: bool) -> allocreplay_core::trace::Trace 
     let mut trace = load(&p, &ImportOptions::default()).unwrap_or_else(|e| panic!("fixture missing or unreadable: {e}"));
     assert!(!trace.metadata.driver_memory_changes(0).is_empty(), "{name}: no driver_memory in its .json");
     if drop_driver_memory {
-        let capture = trace.metadata.extra.get_mut("capture").and_then(|c| c.as_object_mut()).expect("capture metadata");
-        capture.remove(allocreplay_core::trace::DRIVER_MEMORY);
+        capture_notes(&mut trace).remove(allocreplay_core::trace::DRIVER_MEMORY);
     }
     trace
 }
@@ -227,13 +231,7 @@ fn captures_recorded_again_with_the_driver_notes_are_exact_without_addresses() {
     // -0.174%, allocated +0.129%).
     for path in ["cuda/gpt2_small_train__default", "cuda/t5_generate__default", "cuda/vit_b32_train__default"] {
         let (mut trace, ..) = with_truth(path);
-        trace
-            .metadata
-            .extra
-            .get_mut("capture")
-            .and_then(|c| c.as_object_mut())
-            .expect("capture metadata")
-            .remove(allocreplay_core::trace::DRIVER_MEMORY);
+        capture_notes(&mut trace).remove(allocreplay_core::trace::DRIVER_MEMORY);
         let v = allocreplay_core::validate::pytorch::validate_pytorch_with(&trace, 0, true).unwrap();
         assert!(!v.ok, "{path}: exact without the driver's notes too: the test no longer shows they matter");
     }
@@ -257,8 +255,11 @@ fn the_drivers_pinned_host_memory_noted_makes_two_old_misses_exact_without_addre
         assert_eq!((v.num_alloc_retries_replayed, v.num_ooms_replayed), (0, 0), "{path}");
         // Without the `host` notes (a capture made before them) both miss as before.
         let (mut trace, ..) = with_truth(path);
-        let capture = trace.metadata.extra.get_mut("capture").and_then(|c| c.as_object_mut()).expect("capture metadata");
-        capture.get_mut(allocreplay_core::trace::DRIVER_MEMORY).and_then(|d| d.as_object_mut()).expect("driver_memory").remove("host");
+        capture_notes(&mut trace)
+            .get_mut(allocreplay_core::trace::DRIVER_MEMORY)
+            .and_then(|d| d.as_object_mut())
+            .expect("driver_memory")
+            .remove("host");
         let v = allocreplay_core::validate::pytorch::validate_pytorch_with(&trace, 0, true).unwrap();
         assert!(!v.ok, "{path}: exact without the pinned host notes too: the test no longer shows they matter");
     }
@@ -279,8 +280,7 @@ fn the_host_mappings_noted_at_the_drivers_changes_make_vit_b32_train_exact_witho
     assert!(v.ok && v.segment_events_match, "{path}: {}", serde_json::to_string(&v).unwrap());
     assert_eq!((v.peak_reserved_replayed, v.peak_allocated_replayed), (reserved, allocated));
     let (mut trace, ..) = with_truth(path);
-    let capture = trace.metadata.extra.get_mut("capture").and_then(|c| c.as_object_mut()).expect("capture metadata");
-    let host_va = capture.get_mut(allocreplay_core::trace::HOST_VA).and_then(|h| h.as_object_mut()).expect("host_va");
+    let host_va = capture_notes(&mut trace).get_mut(allocreplay_core::trace::HOST_VA).and_then(|h| h.as_object_mut()).expect("host_va");
     assert!(host_va.remove("driver_changes").is_some_and(|r| r.as_array().is_some_and(|r| !r.is_empty())), "no driver_changes rows");
     let v = allocreplay_core::validate::pytorch::validate_pytorch_with(&trace, 0, true).unwrap();
     assert!(!v.ok, "{path}: exact without the rows noted at the driver's changes: the test no longer shows they matter");

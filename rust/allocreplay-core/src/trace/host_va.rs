@@ -37,13 +37,17 @@ pub fn parse_host_va(v: &serde_json::Value) -> Result<Vec<HostChange>, String> {
     Ok(out)
 }
 
+/// A JSON row of non-negative integers (`None` when it is not one).
+fn u64_row(c: &serde_json::Value) -> Option<Vec<u64>> {
+    c.as_array().and_then(|a| a.iter().map(serde_json::Value::as_u64).collect())
+}
+
 /// One list of [`HOST_VA`] rows, named `key` in errors.
 fn host_rows(rows: &serde_json::Value, key: &str) -> Result<Vec<HostChange>, String> {
     let Some(rows) = rows.as_array() else { return Err(format!("'{key}' is not a list")) };
     let mut out = Vec::with_capacity(rows.len());
     for (i, c) in rows.iter().enumerate() {
-        let nums: Option<Vec<u64>> = c.as_array().and_then(|a| a.iter().map(serde_json::Value::as_u64).collect());
-        match nums.as_deref() {
+        match u64_row(c).as_deref() {
             Some(&[allocs, start, end, kind]) if start < end && kind <= 1 => out.push(HostChange { allocs, start, end, freed: kind == 1 }),
             _ => return Err(format!("'{key}'[{i}] is not [allocations, start, end, 1 or 0] with start < end (non-negative integers)")),
         }
@@ -105,8 +109,7 @@ pub fn parse_driver_host(v: &serde_json::Value) -> Result<Vec<DriverHostAlloc>, 
     let Some(host) = host.as_array() else { return Err("'host' is not a list".into()) };
     let mut out = Vec::with_capacity(host.len());
     for (i, c) in host.iter().enumerate() {
-        let nums: Option<Vec<u64>> = c.as_array().and_then(|a| a.iter().map(serde_json::Value::as_u64).collect());
-        match nums.as_deref() {
+        match u64_row(c).as_deref() {
             Some(&[allocs, bytes]) if bytes > 0 => out.push(DriverHostAlloc { allocs, bytes }),
             _ => return Err(format!("'host'[{i}] is not [allocation index, bytes] (non-negative integers, bytes > 0)")),
         }
