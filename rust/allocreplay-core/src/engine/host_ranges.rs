@@ -158,6 +158,9 @@ fn mib(bytes: u64) -> String {
     }
 }
 
+/// Rows [`schedule`] counts at a time between noted changes.
+const SKIP_CHUNK: usize = 1024;
+
 /// What the capture noted: a host range in the run's coordinates, or the driver's change.
 #[derive(Clone, Copy)]
 enum Noted {
@@ -201,7 +204,26 @@ pub(crate) fn schedule<E>(
     for batch in batches {
         let (base, batch) = batch?;
         let c = Columns::of(&batch);
-        for j in 0..c.action.len() {
+        let n = c.action.len();
+        let (mut row, mut walk_to) = (0, 0);
+        while row < n {
+            // Once the shift is known, only the allocs are counted until the next noted change:
+            // whole chunks with fewer allocs than that are counted in one vectorised pass
+            // (`Columns::count_actions`), not row by row (a serving run's notes reach its last
+            // rows: the walk cost every replay about 13 instructions a row).
+            // A chunk that holds the next change's alloc is walked row by row.
+            if let (Some(_), Some(&&(at, _)), true) = (shift, next.peek(), row >= walk_to) {
+                let chunk = SKIP_CHUNK.min(n - row);
+                let allocs_in = c.count_actions(device, Action::Alloc as u8..=Action::Alloc as u8, row..row + chunk) as u64;
+                if allocs + allocs_in <= at {
+                    allocs += allocs_in;
+                    row += chunk;
+                    continue;
+                }
+                walk_to = row + chunk;
+            }
+            let j = row;
+            row += 1;
             if c.device[j] != device {
                 continue;
             }
@@ -274,6 +296,60 @@ mod tests {
             host_allocs(&noted),
             [(52, AddressChange::DriverMalloc { bytes: 2 * MIB }), (53, AddressChange::DriverMalloc { bytes: 12 * MIB })]
         );
+    }
+
+    /// `schedule`'s rows for driver changes noted at the alloc counts `at`, against the rows of
+    /// device 0's allocs in `events` (each `(action, device)`, after a first segment).
+    fn schedule_rows(events: &[(Action, i32)], at: &[u64]) -> (Vec<usize>, Vec<usize>) {
+        use crate::trace::{EventRow, FrameTable, TraceBuilder};
+        let mut b = TraceBuilder::with_capacity(events.len() + 1);
+        b.push(&EventRow { addr: Some(1 << 40), ..EventRow::new(Action::SegmentAlloc, 2 * MIB) });
+        let mut alloc_rows = Vec::new();
+        let mut id = 0;
+        for &(action, device) in events {
+            if action == Action::Alloc {
+                id += 1;
+                if device == 0 {
+                    alloc_rows.push(b.len());
+                }
+            }
+            b.push(&EventRow { alloc_id: Some(id), device, ..EventRow::new(action, 512) });
+        }
+        let noted: Vec<serde_json::Value> = at.iter().enumerate().map(|(k, &a)| serde_json::json!([a, (k as u64 + 1) * 2 * MIB])).collect();
+        let capture = serde_json::json!({"device": 0, "driver_memory": {"changes": noted, "error": null}, "env": {"CUDA_MODULE_LOADING": "EAGER"}});
+        let trace = b.finish(with_capture(capture, false), FrameTable::default()).unwrap();
+        let got = schedule(&trace.metadata, 0, [Ok::<_, std::convert::Infallible>((0, trace.batch().clone()))]).unwrap();
+        assert!(got.iter().all(|(_, c)| matches!(c, AddressChange::DriverMalloc { .. })));
+        // Notes past the last alloc have no row; the others, in order, at their alloc's row.
+        let want = at.iter().filter_map(|&a| alloc_rows.get(a as usize).copied()).collect();
+        (got.iter().map(|&(r, _)| r).collect(), want)
+    }
+
+    /// `schedule` counts whole chunks of rows between notes at once ([`SKIP_CHUNK`]): each noted
+    /// change still goes before the row of the alloc it was noted at, on either side of a
+    /// chunk's end, before the last alloc and past it, and where the devices interleave (the
+    /// other device's allocs not counted).
+    #[test]
+    fn each_change_goes_before_the_row_of_its_alloc() {
+        let c = SKIP_CHUNK as u64;
+        // Allocs only: alloc k is row k + 1, and the chunks end after allocs c - 1, 2c - 1...
+        let allocs = vec![(Action::Alloc, 0); 3 * SKIP_CHUNK + 10];
+        for at in [vec![c - 1, c, 2 * c - 1], vec![c, 2 * c], vec![0, c - 2, c + 1, 2 * c + 1], vec![3 * c + 9, 3 * c + 10]] {
+            let (got, want) = schedule_rows(&allocs, &at);
+            assert_eq!(got, want, "notes at {at:?}");
+        }
+        // Frees between, and runs of device 1's rows.
+        let mut mixed = Vec::new();
+        for i in 0..12_000 {
+            let device = if (i / 700) % 3 == 2 { 1 } else { 0 };
+            mixed.push((Action::Alloc, device));
+            if i % 2 == 0 {
+                mixed.extend([(Action::FreeRequested, device), (Action::FreeCompleted, device)]);
+            }
+        }
+        let (got, want) = schedule_rows(&mixed, &[0, 1, 2, 1364, 1365, 2729, 2730, 4095, 4096, 4097, 5000, 8399, 8400, 8405]);
+        assert_eq!(got, want);
+        assert_eq!(got.len(), 12, "device 0 has 8,400 allocs");
     }
 
     fn with_capture(capture: serde_json::Value, seeded: bool) -> TraceMetadata {
