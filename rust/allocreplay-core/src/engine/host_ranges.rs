@@ -316,7 +316,8 @@ mod tests {
             b.push(&EventRow { alloc_id: Some(id), device, ..EventRow::new(action, 512) });
         }
         let noted: Vec<serde_json::Value> = at.iter().enumerate().map(|(k, &a)| serde_json::json!([a, (k as u64 + 1) * 2 * MIB])).collect();
-        let capture = serde_json::json!({"device": 0, "driver_memory": {"changes": noted, "error": null}, "env": {"CUDA_MODULE_LOADING": "EAGER"}});
+        let capture =
+            serde_json::json!({"device": 0, "driver_memory": {"changes": noted, "error": null}, "env": {"CUDA_MODULE_LOADING": "EAGER"}});
         let trace = b.finish(with_capture(capture, false), FrameTable::default()).unwrap();
         let got = schedule(&trace.metadata, 0, [Ok::<_, std::convert::Infallible>((0, trace.batch().clone()))]).unwrap();
         assert!(got.iter().all(|(_, c)| matches!(c, AddressChange::DriverMalloc { .. })));
